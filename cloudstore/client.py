@@ -1,0 +1,161 @@
+"""Talk to a store driver program through its commands, as Link does.
+
+Used by the conformance suite, the store bridge, the scheduler and the
+benchmarks, so that there is one place that knows how a driver is run:
+``call`` (one request on stdin, one reply line) or ``serve`` (one request a
+line, kept running).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import threading
+from typing import Any, Mapping, Optional, Sequence
+
+Json = Any
+
+
+def program_argv(program: str | Sequence[str]) -> list[str]:
+    """A driver given as a name, a path or a shell-quoted command line."""
+    if isinstance(program, str):
+        return shlex.split(program)
+    return list(program)
+
+
+def dumps(value: Json) -> str:
+    """Compact JSON on one line, UTF-8 kept as is (names may be any unicode)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def driver_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """This process's environment with ``extra`` laid over it."""
+    env = dict(os.environ)
+    if extra:
+        env.update(extra)
+    return env
+
+
+class DriverError(Exception):
+    """The driver did not answer one JSON reply line (died, hung, or wrote junk)."""
+
+
+def call_once(
+    program: str | Sequence[str],
+    request: Json | bytes,
+    env: Optional[Mapping[str, str]] = None,
+    timeout: float = 30.0,
+) -> tuple[list[str], str, int]:
+    """Run ``program call`` once; (stdout lines, stderr, exit code).
+
+    ``request`` is a JSON value, or raw bytes sent as they are (to test how a
+    driver meets malformed input).
+    """
+    data = request if isinstance(request, bytes) else dumps(request).encode()
+    done = subprocess.run(
+        program_argv(program) + ["call"],
+        input=data,
+        capture_output=True,
+        env=driver_env(env),
+        timeout=timeout,
+    )
+    out = done.stdout.decode("utf-8", "replace")
+    return out.splitlines(), done.stderr.decode("utf-8", "replace"), done.returncode
+
+
+def call(program: str | Sequence[str], request: Json, env: Optional[Mapping[str, str]] = None) -> Json:
+    """One request in ``call`` mode; the reply, or DriverError when not exactly one JSON line."""
+    lines, err, code = call_once(program, request, env)
+    if code != 0 or len(lines) != 1:
+        raise DriverError(f"call exited {code} with {len(lines)} stdout lines; stderr: {err[-500:]}")
+    return json.loads(lines[0])
+
+
+class ServeProcess:
+    """One ``program serve`` process answering request after request.
+
+    Thread-safe: one request is in flight at a time, as the contract says.
+    Stderr goes to ``stderr`` (inherited by default) so driver logs stay
+    visible and never block the pipe.
+    """
+
+    def __init__(
+        self,
+        program: str | Sequence[str],
+        env: Optional[Mapping[str, str]] = None,
+        stderr: Any = None,
+    ) -> None:
+        self.argv = program_argv(program) + ["serve"]
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=driver_env(env),
+        )
+        self._lock = threading.Lock()
+
+    def request_line(self, line: bytes, timeout: Optional[float] = None) -> str:
+        """Send one raw line (newline added); the raw reply line, newline stripped."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        with self._lock:
+            try:
+                self.proc.stdin.write(line.rstrip(b"\n") + b"\n")
+                self.proc.stdin.flush()
+            except (BrokenPipeError, OSError) as exc:
+                raise DriverError(f"driver gone: {exc}") from exc
+            if timeout is None:
+                reply = self.proc.stdout.readline()
+            else:
+                reply = _readline_within(self.proc, timeout)
+        if not reply:
+            raise DriverError(f"driver closed its stdout (exit {self.proc.poll()})")
+        return reply.decode("utf-8").rstrip("\n")
+
+    def request(self, request: Json, timeout: Optional[float] = None) -> Json:
+        """Send one request; its reply as JSON."""
+        text = self.request_line(dumps(request).encode(), timeout)
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise DriverError(f"not a JSON reply line: {text[:200]!r}") from exc
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self, timeout: float = 5.0) -> int:
+        """End stdin and wait; the exit code (killed past ``timeout``)."""
+        if self.proc.stdin and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+    def __enter__(self) -> "ServeProcess":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _readline_within(proc: subprocess.Popen, timeout: float) -> bytes:
+    """readline with a time limit: a thread reads, we wait; DriverError past it."""
+    box: list[bytes] = []
+    reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive():
+        raise DriverError(f"no reply within {timeout}s")
+    return box[0]
