@@ -1,0 +1,101 @@
+"""Calling a store bridge: prove, send one request, read one reply.
+
+``BridgeClient`` is what a harness, a scheduler or the conformance suite uses;
+``exchange`` sends whatever lines it is given, so tests can send what no
+well-behaved client would.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import Any, Optional, Sequence
+
+from ..client import dumps
+from .proof import compute_proof
+
+__all__ = ["BridgeClient", "BridgeError", "compute_proof", "exchange", "proof_line"]
+
+
+class BridgeError(Exception):
+    """The bridge closed the connection without a reply line."""
+
+
+def proof_line(key: bytes, owner: Optional[str], agent_id: str) -> bytes:
+    """The first line of every call: who the caller is, and the proof of it."""
+    return dumps({"agent": {"id": agent_id, "owner": owner}, "proof": compute_proof(key, owner, agent_id)}).encode(
+        "utf-8"
+    )
+
+
+def exchange(socket_path: str, lines: Sequence[bytes], timeout: float = 60.0, pause: float = 0.0) -> bytes:
+    """Send ``lines`` (newlines added) on one connection; the first line answered
+    without its newline, or b"" when the bridge closed without answering.
+
+    ``pause`` waits between lines (to send a request after the proof, as a
+    slow caller would). A bridge may answer and close before reading all it
+    was sent (a refusal); the answer is read even when sending failed.
+    """
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(socket_path)
+        try:
+            for i, line in enumerate(lines):
+                if i and pause:
+                    time.sleep(pause)
+                sock.sendall(line + b"\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        return _read_line(sock)
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    buf = bytearray()
+    while b"\n" not in buf:
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        buf += chunk
+    return bytes(buf.split(b"\n", 1)[0])
+
+
+class BridgeClient:
+    """One agent's caller of one bridge: each request is one connection."""
+
+    def __init__(self, socket_path: str, owner: Optional[str], agent_id: str, key: bytes, timeout: float = 60.0) -> None:
+        self.socket_path = socket_path
+        self.owner = owner
+        self.id = agent_id
+        self.timeout = timeout
+        self._proof = proof_line(key, owner, agent_id)
+
+    @property
+    def agent(self) -> dict[str, Any]:
+        """The ``agent`` every request of this client names."""
+        return {"id": self.id, "owner": self.owner}
+
+    def request_line(self, line: bytes) -> bytes:
+        """Send one raw request line; the raw reply line (BridgeError if none)."""
+        reply = exchange(self.socket_path, [self._proof, line], self.timeout)
+        if not reply:
+            raise BridgeError(f"{self.socket_path}: closed without a reply")
+        return reply
+
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send a request as it is (its ``agent`` included); the reply as JSON."""
+        reply = self.request_line(dumps(request).encode("utf-8"))
+        try:
+            value = json.loads(reply)
+        except ValueError as exc:
+            raise BridgeError(f"not a JSON reply line: {reply[:200]!r}") from exc
+        if not isinstance(value, dict):
+            raise BridgeError(f"not a reply object: {reply[:200]!r}")
+        return value
+
+    def op(self, op: str, **args: Any) -> dict[str, Any]:
+        """A request for this client's own agent: ``client.op("last", thread="t")``."""
+        return self.request({"op": op, "agent": self.agent, **args})

@@ -1,0 +1,129 @@
+"""What the bridge refuses before any driver runs.
+
+Everything here answers one question about a call: may it reach the driver?
+A refusal raises ``Refused`` with the reason; the bridge answers it as
+``refused: <reason>``. The field rules themselves (paths, base64, sizes,
+tools) are the drivers' own, from ``cloudstore.validate``, so the bridge and
+the drivers can never disagree on what a legal path or datum is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional
+
+from .. import validate
+from ..validate import Agent, RequestError
+from .drivers import Contract
+
+FILE_PATH_OPS = frozenset({"file_read", "file_write", "file_remove", "file_append"})
+FILE_DATA_OPS = frozenset({"file_write", "file_append"})
+
+
+class Refused(Exception):
+    """The call may not reach the driver; the message says why."""
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    """Refuse an object naming a key twice.
+
+    Parsers differ on which of two equal keys wins, so ``{"agent": A,
+    "agent": B}`` could be checked here as A and acted on by a driver as B.
+    """
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise Refused(f"JSON object names {key!r} twice")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise Refused(f"not valid JSON: {name}")
+
+
+def parse_line(line: bytes, what: str) -> dict:
+    """One line as a strict JSON object: UTF-8, no NaN/Infinity, no repeated key."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Refused(f"{what} is not UTF-8") from exc
+    try:
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except Refused:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise Refused(f"{what} is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise Refused(f"{what} is not a JSON object")
+    return value
+
+
+def named_agent(message: dict, what: str) -> Agent:
+    """The (owner, id) a proof line or request names; an absent owner is null."""
+    try:
+        return validate.agent(message)
+    except RequestError as exc:
+        raise Refused(f"{what}: {exc}") from exc
+
+
+def check_same_agent(request: dict, proved: Agent) -> None:
+    """A request may only name the agent its caller proved to be (owner null != "")."""
+    named = named_agent(request, "request")
+    if named != proved:
+        raise Refused("the request names another agent than the one proved")
+
+
+def check_contract(request: dict, contract: Contract) -> None:
+    """Refuse job_* and file_* ops the driver's contract does not keep, and check
+    the file and tools arguments the bridge answers for."""
+    op = request.get("op")
+    if not isinstance(op, str):
+        raise Refused("'op' must be a string")
+    if op.startswith("job_") and not contract.jobs:
+        raise Refused(f"{op}: this driver keeps no jobs (its contract lacks \"jobs\")")
+    if op.startswith("file_") and not contract.files:
+        raise Refused(f"{op}: this driver keeps no files (its contract lacks \"files\")")
+    try:
+        if op in FILE_PATH_OPS:
+            validate.file_path(validate.field(request, "path"))
+        if op == "file_list":
+            validate.file_path(validate.field(request, "folder"), "folder", folder=True)
+        if op in FILE_DATA_OPS:
+            validate.data(request)
+        if op == "tools_narrow":
+            validate.tools(request)
+    except RequestError as exc:
+        raise Refused(f"{op}: {exc}") from exc
+
+
+def check_folders(agent_folder: str) -> None:
+    """Refuse while the agent's folder or its chats/ (the driver's folder) is a link.
+
+    Judged afresh on every call (lstat), because whoever writes the folder
+    around them may swap one for a link at any time.
+    """
+    for folder in (agent_folder, os.path.join(agent_folder, "chats")):
+        if os.path.islink(folder):
+            raise Refused(f"{folder} is a symbolic link")
+
+
+def check_call(request: dict, proved: Agent, contract: Contract, agent_folder: str) -> None:
+    """Every check, in order: who, what the driver keeps, the arguments, the folders."""
+    check_same_agent(request, proved)
+    check_contract(request, contract)
+    check_folders(agent_folder)
+
+
+def error_reply(reason: str) -> dict:
+    """The bridge's own answer, ``{"reply": "error", "error": "<word>: <why>"}``."""
+    return {"reply": "error", "error": reason}
+
+
+def first_word(reply: Optional[dict]) -> Optional[str]:
+    """``refused``, ``busy``, ``timeout`` or ``driver`` for a bridge error; else None."""
+    if not reply or reply.get("reply") != "error" or not isinstance(reply.get("error"), str):
+        return None
+    word = reply["error"].split(":", 1)[0]
+    return word if word in ("refused", "busy", "timeout", "driver") else None

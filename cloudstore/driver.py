@@ -1,0 +1,173 @@
+"""The drivers' main (the contract's ``drive``): lnk-gcs and lnk-bucket-store.
+
+``--version``, ``--help`` and ``contract`` answer without any setting and
+without importing a cloud SDK (they cost a bare Python start).  ``call``
+answers one request, ``serve`` one request a line until stdin ends.
+
+Stdout carries replies and nothing else: the real stdout is kept for replies
+and ``sys.stdout`` is pointed at stderr, so a stray print anywhere (ours or a
+library's) can never corrupt the reply stream.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, TextIO
+
+from . import __version__
+
+CONTRACT = {"version": 1, "serve": True, "jobs": True, "files": True}
+
+
+@dataclass(frozen=True)
+class DriverInfo:
+    """What differs between the two drivers: name, setting and URL schemes."""
+
+    name: str
+    setting: str
+    schemes: tuple[str, ...]
+    help: str
+
+
+GCS = DriverInfo(
+    "lnk-gcs",
+    "LNK_GCS_URL",
+    ("gs",),
+    """lnk-gcs: Link store driver keeping an agent's things in Google Cloud Storage.
+
+usage: lnk-gcs (--version | --help | contract | call | serve)
+
+  contract   print the contract this driver keeps, as one JSON line
+  call       read one request (JSON) on stdin, print one reply line
+  serve      read requests one a line, print each reply as a line
+
+settings (environment):
+  LNK_GCS_URL             gs://BUCKET[/PREFIX]  where everything is kept (required)
+  STORAGE_EMULATOR_HOST   http://HOST:PORT of an emulator (fake-gcs-server) instead of GCS
+  GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_CLOUD_PROJECT
+                          credentials and project, found as the Google client finds them
+  LNK_STORE_LOG           log level on stderr (default WARNING)
+""",
+)
+
+BUCKET = DriverInfo(
+    "lnk-bucket-store",
+    "LNK_BUCKET_URL",
+    ("s3", "file"),
+    """lnk-bucket-store: Link store driver keeping an agent's things in an S3-compatible bucket or a local folder.
+
+usage: lnk-bucket-store (--version | --help | contract | call | serve)
+
+  contract   print the contract this driver keeps, as one JSON line
+  call       read one request (JSON) on stdin, print one reply line
+  serve      read requests one a line, print each reply as a line
+
+settings (environment):
+  LNK_BUCKET_URL          s3://BUCKET[/PREFIX] or file:///ABSOLUTE/FOLDER (required)
+  AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL
+                          endpoint of an S3-compatible service (MinIO, R2, moto...)
+  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE, AWS_REGION / AWS_DEFAULT_REGION
+                          credentials and region, found as boto3 finds them
+  LNK_STORE_LOG           log level on stderr (default WARNING)
+""",
+)
+
+log = logging.getLogger("cloudstore")
+
+
+def error(why: str) -> dict:
+    return {"reply": "error", "error": why}
+
+
+def encode_reply(reply: dict) -> str:
+    """One reply line, exactly as wire.md writes it (``{"reply": "done"}``)."""
+    return json.dumps(reply, ensure_ascii=True, allow_nan=False)
+
+
+class Answerer:
+    """Turns request lines into reply dicts; opens the store on first need."""
+
+    def __init__(self, info: DriverInfo) -> None:
+        self.info = info
+        self.service: Any = None
+
+    def _service(self) -> Any:
+        if self.service is None:
+            from .settings import open_store, parse_location
+            from .service import Service
+            from .space import Space
+
+            location = parse_location(self.info.setting, os.environ.get(self.info.setting), self.info.schemes)
+            self.service = Service(Space(open_store(location), location.prefix))
+        return self.service
+
+    def answer(self, line: bytes) -> dict:
+        from .generations import StoreUnavailable
+        from .settings import SettingError
+        from .space import Contention
+        from .validate import RequestError, parse_request
+
+        try:
+            request = parse_request(line)
+            return self._service().handle(request)
+        except RequestError as exc:
+            return error(str(exc))
+        except SettingError as exc:
+            return error(str(exc))
+        except StoreUnavailable as exc:
+            return error(str(exc))
+        except Contention as exc:
+            return error(str(exc))
+        except Exception as exc:  # noqa: BLE001 - any failure is this request's error reply
+            log.error("request failed:\n%s", traceback.format_exc())
+            return error(f"internal error ({type(exc).__name__}: {exc}); the change may or may not have been made (outcome unknown)")
+
+
+def _usage(info: DriverInfo, why: str) -> int:
+    sys.stderr.write(f"{info.name}: {why}\nusage: {info.name} (--version | --help | contract | call | serve)\n")
+    return 2
+
+
+def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: Optional[TextIO] = None) -> int:
+    """The whole command line of a driver; its exit code."""
+    if len(argv) != 1:
+        return _usage(info, "expected exactly one command" if argv else "no command given")
+    command = argv[0]
+    out = stdout or sys.stdout
+    if command == "--version":
+        out.write(f"{info.name} {__version__}\n")
+        return 0
+    if command == "--help":
+        out.write(info.help)
+        return 0
+    if command == "contract":
+        out.write(json.dumps(CONTRACT) + "\n")
+        return 0
+    if command not in ("call", "serve"):
+        return _usage(info, f"unknown command {command!r}")
+
+    logging.basicConfig(stream=sys.stderr, level=os.environ.get("LNK_STORE_LOG", "WARNING").upper(),
+                        format=f"{info.name}: %(levelname)s %(message)s")
+    sys.stdout = sys.stderr  # nothing but replies reaches the real stdout
+    source = stdin or sys.stdin.buffer
+    answerer = Answerer(info)
+    write: Callable[[dict], None] = lambda reply: (out.write(encode_reply(reply) + "\n"), out.flush())  # noqa: E731
+    if command == "call":
+        write(answerer.answer(source.read()))
+        return 0
+    for line in source:
+        write(answerer.answer(line))
+    return 0
+
+
+def main_gcs() -> None:
+    sys.exit(run(GCS, sys.argv[1:], stdout=sys.stdout))
+
+
+def main_bucket() -> None:
+    sys.exit(run(BUCKET, sys.argv[1:], stdout=sys.stdout))

@@ -1,0 +1,112 @@
+"""The shared job_next index: one tiny object per waiting job, keyed by due time.
+
+Keys are ``_due/<16 hex of the due, order-preserving>/<owner>/<id>/<job>/<nonce>``
+below the store's prefix, for every agent in the store.  A listing returns
+keys in byte order, so the first key is the soonest due (the bucket keeps the
+priority queue).  ``job_next`` is one LIST of a few keys plus one GET that
+confirms the first; however many agents there are.
+
+No hot object: each entry is its own key, created once and deleted once, so
+no write of one agent touches an object another agent writes.
+
+Never late, sometimes early:
+
+* An entry is written *before* the job record that names it, so a waiting
+  job always has its entry.  The record keeps the entry's key (the nonce makes
+  it unique to that write), and whoever replaces or moves the record deletes
+  exactly that key, never someone else's.
+* A crash between the two leaves an entry no record names.  ``next`` finds it
+  when it is first in line, and deletes it once older than ``GRACE`` seconds
+  (well past any write still in flight: calls are stopped at 30 s).
+  Until then it is answered as is: an early wake-up, never a missed due.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import time
+from typing import Any, Callable, Optional
+
+from .generations import NotFound, Overwrite, new_nonce
+from .keys import AgentKeys, due_root, name_part
+from .space import Space
+
+GRACE = 60.0
+LOOK = 16  # entries listed per round
+ROUNDS = 8  # rounds of stale entries deleted before answering
+
+
+def sortable(due: Any) -> str:
+    """16 hex digits whose byte order is the numeric order of ``due`` (IEEE-754 trick)."""
+    try:
+        value = float(due)
+    except OverflowError:
+        value = math.inf if due > 0 else -math.inf
+    bits = struct.unpack(">Q", struct.pack(">d", value))[0]
+    bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | (1 << 63)
+    return f"{bits:016x}"
+
+
+def unsortable(text: str) -> float | int:
+    """The due a ``sortable`` key part stands for: a double, whole ones as integers."""
+    bits = int(text, 16)
+    bits = bits & ~(1 << 63) if bits >> 63 else bits ^ 0xFFFFFFFFFFFFFFFF
+    value = float(struct.unpack(">d", struct.pack(">Q", bits))[0])
+    return int(value) if value.is_integer() else value
+
+
+class DueIndex:
+    """Add, drop and ask the shared index."""
+
+    def __init__(self, space: Space) -> None:
+        self.space = space
+        self.root = due_root(space.root)
+
+    def add(self, keys: AgentKeys, job_id: str, due: Any) -> str:
+        """Write a fresh entry for a job about to be put in waiting; its key."""
+        key = f"{self.root}{sortable(due)}/{keys.due_token()}/{name_part(job_id)}/{new_nonce()}"
+        self.space.store.put(key, b"", Overwrite())
+        return key
+
+    def drop(self, entry: Optional[str]) -> None:
+        """Delete one entry (its own key only); gone already is fine."""
+        if entry:
+            try:
+                self.space.store.delete(entry)
+            except NotFound:
+                pass
+
+    def _record_key(self, entry: str) -> str:
+        owner, agent_id, job = entry[len(self.root):].split("/")[1:4]
+        return f"{self.space.root}a/{owner}/{agent_id}/j/{job}"
+
+    def next(self, waiting_of: Callable[[Any], Optional[dict]]) -> Optional[Any]:
+        """The soonest due of any agent's waiting job, or None.
+
+        ``waiting_of`` takes a job record (parsed JSON or None) and returns
+        its waiting entry ``{"job", "entry"}`` or None.
+        """
+        for _ in range(ROUNDS):
+            listed = self.space.store.list(self.root, limit=LOOK)
+            if not listed:
+                return None
+            dropped = False
+            for item in listed:
+                _, record = self.space.get_json(self._record_key(item.key))
+                waiting = waiting_of(record)
+                if waiting is not None and waiting.get("entry") == item.key:
+                    return waiting["job"]["due"]
+                if time.time() - item.modified < GRACE:
+                    early = unsortable(item.key[len(self.root):].split("/", 1)[0])
+                    if math.isfinite(early):
+                        return early
+                    continue
+                self.drop(item.key)
+                dropped = True
+            if not dropped:
+                return None
+        # Still only stale entries after ROUNDS rounds: answer the first as an
+        # early wake-up; the next call goes on deleting.
+        first = self.space.store.list(self.root, limit=1)
+        return unsortable(first[0].key[len(self.root):].split("/", 1)[0]) if first else None

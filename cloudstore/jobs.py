@@ -1,0 +1,153 @@
+"""Jobs: one record per job ID holding its entries in every place.
+
+A record is ``{"places": {"waiting": {"job", "entry"}, "firing": {"job"}, ...}}``.
+Keeping all of an ID's places in ONE object makes ``job_shift`` a single
+conditional write: of any number of shifters of one job out of one place,
+exactly one write wins, and the job is never in two places nor in none,
+whatever crashes (there is no second step to crash between).  A change
+rewrites only that ID's record, never the agent's other jobs.
+
+The waiting place is mirrored in the shared due index (``due_index``) and in
+the agent's mark: every change that touches waiting writes a new random mark
+(53 bits: a watcher's old value never comes back in practice).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Optional
+
+from .due_index import DueIndex
+from .generations import Overwrite, PreconditionFailed
+from .space import KEEP, Space
+from .validate import Agent
+
+WAITING = "waiting"
+
+
+def _places(record: Optional[dict]) -> dict:
+    return {} if record is None else dict(record.get("places", {}))
+
+
+def waiting_of(record: Optional[dict]) -> Optional[dict]:
+    """The waiting entry of a job record, for the due index."""
+    return _places(record).get(WAITING)
+
+
+class Jobs:
+    """job_put, job_get, job_remove, job_list, job_count, job_shift, job_next, day and mark."""
+
+    def __init__(self, space: Space) -> None:
+        self.space = space
+        self.index = DueIndex(space)
+
+    def _bump_mark(self, agent: Agent) -> None:
+        mark = random.SystemRandom().randrange(1, 2**53)
+        self.space.put_json(self.space.keys(agent).mark(), {"mark": mark}, Overwrite())
+
+    def _delete_record_if_empty(self, key: str) -> None:
+        """Remove a record left with no place, only if nobody changed it since."""
+        obj, record = self.space.get_json(key)
+        if obj is not None and not _places(record):
+            try:
+                self.space.store.delete(key, obj.version)
+            except PreconditionFailed:
+                pass
+
+    def put(self, agent: Agent, place: str, job: dict) -> None:
+        keys = self.space.keys(agent)
+        entry = self.index.add(keys, job["id"], job["due"]) if place == WAITING else None
+
+        def change(record: Optional[dict]) -> tuple[Any, Optional[dict]]:
+            places = _places(record)
+            old = places.get(place)
+            places[place] = {"job": job, "entry": entry} if entry else {"job": job}
+            return {"places": places}, old
+
+        old = self.space.update(keys.job(job["id"]), change)
+        if place == WAITING:
+            if old is not None:
+                self.index.drop(old.get("entry"))
+            self._bump_mark(agent)
+
+    def get(self, agent: Agent, place: str, job_id: str) -> Optional[dict]:
+        _, record = self.space.get_json(self.space.keys(agent).job(job_id))
+        entry = _places(record).get(place)
+        return None if entry is None else entry["job"]
+
+    def remove(self, agent: Agent, place: str, job_id: str) -> bool:
+        key = self.space.keys(agent).job(job_id)
+
+        def change(record: Optional[dict]) -> tuple[Any, Optional[dict]]:
+            places = _places(record)
+            if place not in places:
+                return KEEP, None
+            old = places.pop(place)
+            return {"places": places}, old
+
+        old = self.space.update(key, change)
+        if old is None:
+            return False
+        self._delete_record_if_empty(key)
+        if place == WAITING:
+            self.index.drop(old.get("entry"))
+            self._bump_mark(agent)
+        return True
+
+    def shift(self, agent: Agent, job_id: str, source: str, target: str) -> bool:
+        keys = self.space.keys(agent)
+        key = keys.job(job_id)
+        if source == target:
+            return self.get(agent, source, job_id) is not None
+        current = self.get(agent, source, job_id)
+        if current is None:
+            return False
+        entry = self.index.add(keys, job_id, current["due"]) if target == WAITING else None
+
+        def change(record: Optional[dict]) -> tuple[Any, Optional[tuple[dict, Optional[dict]]]]:
+            places = _places(record)
+            if source not in places:
+                return KEEP, None
+            moved = places.pop(source)
+            replaced = places.get(target)
+            if entry is not None and moved["job"]["due"] != current["due"]:
+                return KEEP, None  # changed under us: the caller tries again
+            places[target] = {"job": moved["job"], "entry": entry} if entry else {"job": moved["job"]}
+            return {"places": places}, (moved, replaced)
+
+        outcome = self.space.update(key, change)
+        if outcome is None:
+            self.index.drop(entry)
+            if entry is not None and self.get(agent, source, job_id) is not None:
+                return self.shift(agent, job_id, source, target)
+            return False
+        moved, replaced = outcome
+        if source == WAITING:
+            self.index.drop(moved.get("entry"))
+        if target == WAITING and replaced is not None:
+            self.index.drop(replaced.get("entry"))
+        if WAITING in (source, target):
+            self._bump_mark(agent)
+        return True
+
+    def listing(self, agent: Agent, place: str) -> list[dict]:
+        keys = self.space.keys(agent)
+        records = self.space.get_many_json(item.key for item in self.space.store.list(keys.jobs()))
+        return [p[place]["job"] for p in map(_places, records) if place in p]
+
+    def count(self, agent: Agent, place: str) -> int:
+        return len(self.listing(agent, place))
+
+    def next(self) -> Optional[Any]:
+        return self.index.next(waiting_of)
+
+    def mark(self, agent: Agent) -> int:
+        _, value = self.space.get_json(self.space.keys(agent).mark())
+        return 0 if value is None else int(value["mark"])
+
+    def day(self, agent: Agent) -> tuple[int, int]:
+        _, value = self.space.get_json(self.space.keys(agent).day())
+        return (0, 0) if value is None else (int(value["day"]), int(value["sent"]))
+
+    def set_day(self, agent: Agent, day: int, sent: int) -> None:
+        self.space.put_json(self.space.keys(agent).day(), {"day": day, "sent": sent}, Overwrite())

@@ -1,0 +1,172 @@
+"""Where everything lives: the one place names become object keys.
+
+The mapping is injective and never escapes an agent's key space:
+
+* A name (owner, agent id, thread, holder-free things, job id) becomes one
+  key part ``_`` + percent-encoding of its UTF-8 (only ``A-Za-z0-9_.-~``
+  left as they are), so ``/``, ``..``, ``%``, NUL or unicode can never form a
+  separator, a ``..`` part or another name's encoding.  A part that would be
+  longer than ``INLINE_MAX`` becomes ``~`` + SHA-256 of the name: ``~`` never
+  starts an inline part, so the two forms cannot meet, and keys stay far
+  inside the 1,024-byte limit of S3 and GCS whatever the names.
+* The agent's owner is ``-`` when null and a name part otherwise, so owner
+  null, owner ``""`` (``_``) and owner ``"x"`` (``_x``) are three agents.
+* File paths keep their folders (for listing a folder by prefix); each part
+  is percent-encoded as above without the ``_``.  A path whose encoding is
+  long becomes ``~/`` + SHA-256, and its name is kept in a name record.
+
+Layout below the store's prefix::
+
+    a/<owner>/<id>/c/<thread>/head                 conversation epoch (remove bumps it)
+    a/<owner>/<id>/c/<thread>/e<epoch>/ev/<seq>    one event, written only if absent
+    a/<owner>/<id>/c/<thread>/e<epoch>/seg/<end>   events end-63..end packed, for fast reads
+    a/<owner>/<id>/l/<thread>                      the lease
+    a/<owner>/<id>/t/<thread>                      the tools narrowing
+    a/<owner>/<id>/j/<job id>                      a job id's entries in every place
+    a/<owner>/<id>/mark, a/<owner>/<id>/day        job_mark, job_day
+    a/<owner>/<id>/f/<path>                        a file (and its tombstone)
+    a/<owner>/<id>/n/<hashed part>                 the name behind a hashed part
+    _due/<sortable due>/<owner>/<id>/<job>/<nonce> the shared job_next index
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Optional
+from urllib.parse import quote, unquote
+
+INLINE_MAX = 160
+PATH_INLINE_MAX = 400
+SEQ_DIGITS = 20
+EPOCH_DIGITS = 10
+
+
+def _pct(name: str) -> str:
+    return quote(name.encode("utf-8"), safe="")
+
+
+def _hashed(name: str) -> str:
+    return "~" + hashlib.sha256(name.encode("utf-8")).hexdigest()
+
+
+def name_part(name: str) -> str:
+    """One key part for an arbitrary string (see the module docstring)."""
+    inline = "_" + _pct(name)
+    return inline if len(inline) <= INLINE_MAX else _hashed(name)
+
+
+def is_hashed(part: str) -> bool:
+    """Whether a key part hides its name (look it up in the name records)."""
+    return part.startswith("~")
+
+
+def decode_part(part: str) -> str:
+    """The name of an inline part (hashed parts: see ``is_hashed``)."""
+    assert part.startswith("_"), part
+    return unquote(part[1:], errors="strict")
+
+
+def path_part(path: str) -> str:
+    """The key of a file path below the agent's ``f/`` folder."""
+    inline = "/".join(_pct(p) for p in path.split("/"))
+    return inline if len(inline) <= PATH_INLINE_MAX else "~/" + _hashed(path)[1:]
+
+
+def folder_part(folder: str) -> str:
+    """The listing prefix of a file folder (``skills`` or ``skills/``)."""
+    return "/".join(_pct(p) for p in folder.rstrip("/").split("/")) + "/"
+
+
+def decode_path(part: str) -> str:
+    """The path of an inline file key (not ``~/`` hashed ones)."""
+    return "/".join(unquote(p, errors="strict") for p in part.split("/"))
+
+
+def seq_part(seq: int) -> str:
+    """A zero-padded number: lexicographic order is numeric order."""
+    return str(seq).zfill(SEQ_DIGITS)
+
+
+@dataclass(frozen=True)
+class AgentKeys:
+    """Every key of one agent's things, below ``root`` (the store's prefix)."""
+
+    root: str
+    owner: Optional[str]
+    id: str
+
+    @property
+    def base(self) -> str:
+        owner = "-" if self.owner is None else name_part(self.owner)
+        return f"{self.root}a/{owner}/{name_part(self.id)}/"
+
+    # conversations
+    def conversations(self) -> str:
+        return self.base + "c/"
+
+    def thread(self, thread: str) -> str:
+        return f"{self.base}c/{name_part(thread)}/"
+
+    def head(self, thread: str) -> str:
+        return self.thread(thread) + "head"
+
+    def epoch(self, thread: str, epoch: int) -> str:
+        return f"{self.thread(thread)}e{str(epoch).zfill(EPOCH_DIGITS)}/"
+
+    def event(self, thread: str, epoch: int, seq: int) -> str:
+        return f"{self.epoch(thread, epoch)}ev/{seq_part(seq)}"
+
+    def segment(self, thread: str, epoch: int, end: int) -> str:
+        return f"{self.epoch(thread, epoch)}seg/{seq_part(end)}"
+
+    # leases and tools
+    def leases(self) -> str:
+        return self.base + "l/"
+
+    def lease(self, thread: str) -> str:
+        return self.leases() + name_part(thread)
+
+    def tools_all(self) -> str:
+        return self.base + "t/"
+
+    def tools(self, thread: str) -> str:
+        return self.tools_all() + name_part(thread)
+
+    # jobs
+    def jobs(self) -> str:
+        return self.base + "j/"
+
+    def job(self, job_id: str) -> str:
+        return self.jobs() + name_part(job_id)
+
+    def mark(self) -> str:
+        return self.base + "mark"
+
+    def day(self) -> str:
+        return self.base + "day"
+
+    # files
+    def files(self) -> str:
+        return self.base + "f/"
+
+    def file(self, path: str) -> str:
+        return self.files() + path_part(path)
+
+    def hashed_files(self) -> str:
+        return self.files() + "~/"
+
+    # names behind hashed parts
+    def name_record(self, part: str) -> str:
+        return f"{self.base}n/{part.replace('/', '')}"
+
+    # the due index
+    def due_token(self) -> str:
+        """This agent's owner/id as they stand in due-index keys."""
+        owner = "-" if self.owner is None else name_part(self.owner)
+        return f"{owner}/{name_part(self.id)}"
+
+
+def due_root(root: str) -> str:
+    """The shared job_next index: one prefix for every agent in the store."""
+    return root + "_due/"

@@ -1,0 +1,166 @@
+"""One request in, one reply out: the table of ops, each validated before it acts.
+
+Every handler first reads all of its arguments through ``validate`` (which
+raises ``RequestError`` on any broken rule) and only then touches the store,
+so a refused request changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from . import validate as v
+from .conversations import Conversations
+from .files import Files
+from .jobs import Jobs
+from .leases import Leases
+from .space import Space
+from .tools import Tools
+
+Reply = dict[str, Any]
+
+
+class Service:
+    """Answers the requests of every agent in one store (bucket and prefix)."""
+
+    def __init__(self, space: Space) -> None:
+        self.space = space
+        self.conversations = Conversations(space)
+        self.leases_ = Leases(space)
+        self.jobs = Jobs(space)
+        self.files = Files(space)
+        self.tools = Tools(space)
+        self.ops: dict[str, Callable[[dict, v.Agent], Reply]] = {
+            name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")
+        }
+
+    def handle(self, request: dict) -> Reply:
+        op = request.get("op")
+        if not isinstance(op, str):
+            raise v.RequestError("'op' must be a string naming the operation")
+        handler = self.ops.get(op)
+        if handler is None:
+            raise v.RequestError(f"unknown op {op!r}")
+        return handler(request, v.agent(request))
+
+    # -- conversations
+
+    def op_append(self, req: dict, agent: v.Agent) -> Reply:
+        thread = v.string(req, "thread")
+        event, seq = v.event(req)
+        return self.conversations.append(agent, thread, event, seq)
+
+    def op_read(self, req: dict, agent: v.Agent) -> Reply:
+        thread = v.string(req, "thread")
+        first = v.integer(req, "first", minimum=1, default=1)
+        events = [json.loads(e) for e in self.conversations.read(agent, thread, first)]
+        return {"reply": "events", "events": events}
+
+    def op_last(self, req: dict, agent: v.Agent) -> Reply:
+        return {"reply": "last", "last": self.conversations.last(agent, v.string(req, "thread"))}
+
+    def op_threads(self, req: dict, agent: v.Agent) -> Reply:
+        return {"reply": "threads", "threads": self.conversations.threads(agent)}
+
+    def op_remove(self, req: dict, agent: v.Agent) -> Reply:
+        thread = v.string(req, "thread")
+        self.conversations.remove(agent, thread)
+        self.leases_.forget(agent, thread)
+        return {"reply": "done"}
+
+    # -- leases
+
+    def op_take(self, req: dict, agent: v.Agent) -> Reply:
+        thread, holder = v.string(req, "thread"), v.string(req, "holder")
+        lapse_ms = v.integer(req, "lapse_ms", minimum=0)
+        return {"reply": "took", "took": self.leases_.take(agent, thread, holder, lapse_ms)}
+
+    def op_renew(self, req: dict, agent: v.Agent) -> Reply:
+        thread, holder = v.string(req, "thread"), v.string(req, "holder")
+        return {"reply": "done"} if self.leases_.renew(agent, thread, holder) else {"reply": "lost"}
+
+    def op_end(self, req: dict, agent: v.Agent) -> Reply:
+        thread, holder = v.string(req, "thread"), v.string(req, "holder")
+        self.leases_.end(agent, thread, holder)
+        return {"reply": "done"}
+
+    def op_leases(self, req: dict, agent: v.Agent) -> Reply:
+        lapse_ms = v.integer(req, "lapse_ms", minimum=0)
+        return {"reply": "leases", "leases": self.leases_.leases(agent, lapse_ms)}
+
+    # -- jobs
+
+    def op_job_put(self, req: dict, agent: v.Agent) -> Reply:
+        place, job = v.place(req), v.job(req)
+        self.jobs.put(agent, place, job)
+        return {"reply": "done"}
+
+    def op_job_get(self, req: dict, agent: v.Agent) -> Reply:
+        place, job_id = v.place(req), v.job_id(v.field(req, "id"))
+        return {"reply": "job", "job": self.jobs.get(agent, place, job_id)}
+
+    def op_job_remove(self, req: dict, agent: v.Agent) -> Reply:
+        place, job_id = v.place(req), v.job_id(v.field(req, "id"))
+        return {"reply": "found", "found": self.jobs.remove(agent, place, job_id)}
+
+    def op_job_list(self, req: dict, agent: v.Agent) -> Reply:
+        return {"reply": "jobs", "jobs": self.jobs.listing(agent, v.place(req))}
+
+    def op_job_count(self, req: dict, agent: v.Agent) -> Reply:
+        return {"reply": "count", "count": self.jobs.count(agent, v.place(req))}
+
+    def op_job_shift(self, req: dict, agent: v.Agent) -> Reply:
+        job_id = v.job_id(v.field(req, "id"))
+        source, target = v.place(req, "from"), v.place(req, "to")
+        return {"reply": "found", "found": self.jobs.shift(agent, job_id, source, target)}
+
+    def op_job_next(self, req: dict, agent: v.Agent) -> Reply:
+        return {"reply": "next", "next": self.jobs.next()}
+
+    def op_job_day(self, req: dict, agent: v.Agent) -> Reply:
+        day, sent = self.jobs.day(agent)
+        return {"reply": "day", "day": day, "sent": sent}
+
+    def op_job_set_day(self, req: dict, agent: v.Agent) -> Reply:
+        day, sent = v.integer(req, "day"), v.integer(req, "sent")
+        self.jobs.set_day(agent, day, sent)
+        return {"reply": "done"}
+
+    def op_job_mark(self, req: dict, agent: v.Agent) -> Reply:
+        return {"reply": "mark", "mark": self.jobs.mark(agent)}
+
+    # -- files
+
+    def op_file_read(self, req: dict, agent: v.Agent) -> Reply:
+        return {"reply": "file", "file": self.files.read(agent, v.file_path(v.field(req, "path")))}
+
+    def op_file_list(self, req: dict, agent: v.Agent) -> Reply:
+        folder = v.file_path(v.field(req, "folder"), "folder", folder=True)
+        return {"reply": "files", "files": self.files.listing(agent, folder)}
+
+    def op_file_write(self, req: dict, agent: v.Agent) -> Reply:
+        path, data = v.file_path(v.field(req, "path")), v.data(req)
+        version = v.integer(req, "version", maximum=v.VERSION_MAX)
+        return self.files.write(agent, path, data, version)
+
+    def op_file_remove(self, req: dict, agent: v.Agent) -> Reply:
+        path = v.file_path(v.field(req, "path"))
+        version = v.integer(req, "version", maximum=v.VERSION_MAX)
+        return {"reply": "found", "found": self.files.remove(agent, path, version)}
+
+    def op_file_append(self, req: dict, agent: v.Agent) -> Reply:
+        path, data = v.file_path(v.field(req, "path")), v.data(req)
+        return {"reply": "wrote", "version": self.files.append(agent, path, data)}
+
+    # -- tools
+
+    def op_tools_read(self, req: dict, agent: v.Agent) -> Reply:
+        return {"reply": "tools", "tools": self.tools.read(agent, v.string(req, "thread"))}
+
+    def op_tools_list(self, req: dict, agent: v.Agent) -> Reply:
+        return {"reply": "narrowed", "narrowed": self.tools.listing(agent)}
+
+    def op_tools_narrow(self, req: dict, agent: v.Agent) -> Reply:
+        thread, tools = v.string(req, "thread"), v.tools(req)
+        return {"reply": "tools", "tools": self.tools.narrow(agent, thread, tools)}

@@ -1,0 +1,77 @@
+"""Turn a driver's setting (``LNK_GCS_URL`` / ``LNK_BUCKET_URL``) into a store.
+
+Parsing is separate from opening so that a malformed setting is an error
+*reply* naming the setting, while ``contract`` and ``--help`` never look.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Optional
+from urllib.parse import unquote, urlsplit
+
+from .generations import Backend, RetryingStore
+
+# GCS and S3 bucket names: lowercase letters, digits, dots, dashes, underscores.
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+
+
+class SettingError(Exception):
+    """The driver's setting is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a driver keeps things: a scheme, a bucket or folder, and a key prefix."""
+
+    scheme: str  # "gs", "s3" or "file"
+    bucket: str  # bucket name, or absolute folder for file
+    prefix: str  # "" or "some/prefix/" (always ending in "/")
+
+
+def parse_location(setting: str, value: Optional[str], schemes: tuple[str, ...]) -> Location:
+    """Parse ``value`` of ``setting``; SettingError naming the setting when wrong."""
+    allowed = " or ".join(f"{s}://" for s in schemes)
+    if not value:
+        raise SettingError(f"{setting} is not set: it must be a URL ({allowed}...)")
+    parts = urlsplit(value)
+    if parts.scheme not in schemes:
+        raise SettingError(f"{setting}={value!r} is malformed: the URL must start {allowed}")
+    if parts.query or parts.fragment:
+        raise SettingError(f"{setting}={value!r} is malformed: no query or fragment is allowed")
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise SettingError(f"{setting}={value!r} is malformed: use file:///ABSOLUTE/FOLDER")
+        folder = unquote(parts.path)
+        if not folder.startswith("/") or folder.rstrip("/") == "":
+            raise SettingError(f"{setting}={value!r} is malformed: the folder must be absolute and not /")
+        return Location("file", os.path.normpath(folder), "")
+    bucket = parts.netloc
+    if not _BUCKET.match(bucket):
+        raise SettingError(f"{setting}={value!r} is malformed: {bucket!r} is not a valid bucket name")
+    prefix = parts.path.strip("/")
+    if any(p in ("", ".", "..") for p in prefix.split("/")) and prefix:
+        raise SettingError(f"{setting}={value!r} is malformed: the prefix has an empty, '.' or '..' part")
+    return Location(parts.scheme, bucket, prefix + "/" if prefix else "")
+
+
+def open_backend(location: Location) -> Backend:
+    """The backend for a location; SDKs are imported here, not before."""
+    if location.scheme == "gs":
+        from .gcs import GCSBackend
+
+        return GCSBackend(location.bucket)
+    if location.scheme == "s3":
+        from .s3 import S3Backend
+
+        return S3Backend(location.bucket)
+    from .local import LocalBackend
+
+    return LocalBackend(location.bucket)
+
+
+def open_store(location: Location) -> RetryingStore:
+    """The retrying, framing store every collection writes through."""
+    return RetryingStore(open_backend(location))

@@ -1,0 +1,214 @@
+"""Every rule a request must keep, checked in one place before anything is touched.
+
+A request that breaks a rule raises ``RequestError`` with a message saying
+which rule; the driver answers it as ``{"reply": "error"}`` and nothing is
+changed, because no handler runs until the whole request has passed here.
+The limits are the contract's (``wire.md``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import unicodedata
+from dataclasses import dataclass
+from typing import Any, Optional
+
+SPEC_MAX = 1_048_576
+FILE_MAX = 4_194_304
+FILES_MAX = 4_096
+PATH_MAX = 1_024
+JOB_ID_MAX = 256
+TOOLS_MAX = 256
+VERSION_MAX = 2**53 - 1
+PLACES = ("waiting", "firing", "ending")
+FILE_ROOTS = ("instructions", "skills")
+
+
+class RequestError(Exception):
+    """The request breaks a rule; the message says which."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise RequestError(f"not valid JSON: {name} is not a JSON number")
+
+
+def parse_request(line: bytes | str) -> dict:
+    """Parse one request line: valid JSON (no NaN/Infinity), an object."""
+    try:
+        text = line.decode("utf-8") if isinstance(line, bytes) else line
+    except UnicodeDecodeError as exc:
+        raise RequestError(f"request is not UTF-8: {exc}") from exc
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except RequestError:
+        raise
+    except (ValueError, RecursionError) as exc:
+        raise RequestError(f"request is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise RequestError("request is not a JSON object")
+    return value
+
+
+def compact(value: Any) -> str:
+    """Canonical storage form of a JSON value: compact, ASCII-only (lossless)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
+
+
+# -- field readers ---------------------------------------------------------
+
+
+def is_int(value: Any) -> bool:
+    """A JSON integer: not a bool, not a float, not a string."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def field(req: dict, name: str) -> Any:
+    if name not in req:
+        raise RequestError(f"missing field {name!r}")
+    return req[name]
+
+
+def string(req: dict, name: str) -> str:
+    value = field(req, name)
+    if not isinstance(value, str):
+        raise RequestError(f"{name!r} must be a string")
+    return value
+
+
+def integer(req: dict, name: str, minimum: int = 0, maximum: Optional[int] = None, default: Optional[int] = None) -> int:
+    if name not in req and default is not None:
+        return default
+    value = field(req, name)
+    if not is_int(value):
+        raise RequestError(f"{name!r} must be a JSON integer")
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"from {minimum}" + (f" to {maximum}" if maximum is not None else "")
+        raise RequestError(f"{name!r} must be an integer {bound}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """Who a request is for: (owner, id); owner None is no owner."""
+
+    id: str
+    owner: Optional[str]
+
+
+def agent(req: dict) -> Agent:
+    value = field(req, "agent")
+    if not isinstance(value, dict):
+        raise RequestError("'agent' must be an object {\"id\", \"owner\"}")
+    agent_id = value.get("id")
+    if not isinstance(agent_id, str) or agent_id == "":
+        raise RequestError("'agent.id' must be a non-empty string")
+    owner = value.get("owner")
+    if owner is not None and not isinstance(owner, str):
+        raise RequestError("'agent.owner' must be a string or null")
+    return Agent(agent_id, owner)
+
+
+def event(req: dict) -> tuple[dict, int]:
+    value = field(req, "event")
+    if not isinstance(value, dict):
+        raise RequestError("'event' must be a JSON object")
+    seq = value.get("seq")
+    if not is_int(seq) or seq < 1:
+        raise RequestError("'event.seq' must be a JSON integer >= 1")
+    return value, int(seq)
+
+
+def place(req: dict, name: str = "place") -> str:
+    value = field(req, name)
+    if value not in PLACES:
+        raise RequestError(f"{name!r} must be one of {', '.join(PLACES)}")
+    return str(value)
+
+
+def job_id(value: Any, name: str = "id") -> str:
+    if not isinstance(value, str):
+        raise RequestError(f"job {name!r} must be a string")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if not 1 <= size <= JOB_ID_MAX:
+        raise RequestError(f"job {name!r} must be 1 to {JOB_ID_MAX} bytes of UTF-8")
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        raise RequestError(f"job {name!r} must hold no control character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestError(f"job {name!r} is not valid UTF-8 (lone surrogate)") from exc
+    return value
+
+
+def job(req: dict) -> dict:
+    value = field(req, "job")
+    if not isinstance(value, dict):
+        raise RequestError("'job' must be an object {\"id\", \"spec\", \"due\"}")
+    extra = set(value) - {"id", "spec", "due"}
+    if extra:
+        raise RequestError(f"'job' has unknown fields: {', '.join(sorted(extra))}")
+    job_id(value.get("id"))
+    if "spec" not in value:
+        raise RequestError("'job.spec' is missing")
+    spec_size = len(json.dumps(value["spec"], separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    if spec_size > SPEC_MAX:
+        raise RequestError(f"'job.spec' is {spec_size} bytes, over {SPEC_MAX}")
+    due = value.get("due")
+    if not (is_int(due) or isinstance(due, float)):
+        raise RequestError("'job.due' must be a number (seconds since 1970)")
+    return {"id": value["id"], "spec": value["spec"], "due": due}
+
+
+def file_path(value: Any, name: str = "path", folder: bool = False) -> str:
+    if not isinstance(value, str):
+        raise RequestError(f"{name!r} must be a string")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise RequestError(f"{name!r} is not valid UTF-8") from exc
+    if size > PATH_MAX:
+        raise RequestError(f"{name!r} is {size} bytes, over {PATH_MAX}")
+    if "\x00" in value:
+        raise RequestError(f"{name!r} must hold no NUL")
+    body = value[:-1] if folder and value.endswith("/") else value
+    parts = body.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise RequestError(f"{name!r} must be relative, with no empty, '.' or '..' part")
+    if parts[0] not in FILE_ROOTS:
+        raise RequestError(f"{name!r} must start with instructions/ or skills/")
+    if not folder and len(parts) < 2:
+        raise RequestError(f"{name!r} names a folder, not a file")
+    return value
+
+
+def data(req: dict) -> bytes:
+    value = field(req, "data")
+    if not isinstance(value, str):
+        raise RequestError("'data' must be a base64 string")
+    if len(value) > (FILE_MAX // 3 + 1) * 4:
+        raise RequestError(f"'data' is over {FILE_MAX} bytes decoded")
+    try:
+        raw = base64.b64decode(value.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError) as exc:
+        raise RequestError("'data' is not standard base64 with padding") from exc
+    if base64.b64encode(raw).decode("ascii") != value:
+        raise RequestError("'data' is not canonical standard base64 with padding")
+    if len(raw) > FILE_MAX:
+        raise RequestError(f"'data' is {len(raw)} bytes decoded, over {FILE_MAX}")
+    return raw
+
+
+def tools(req: dict) -> list[str]:
+    value = field(req, "tools")
+    if not isinstance(value, list):
+        raise RequestError("'tools' must be a list of names")
+    if len(value) > TOOLS_MAX:
+        raise RequestError(f"'tools' holds {len(value)} names, over {TOOLS_MAX}")
+    if not all(isinstance(t, str) and t != "" for t in value):
+        raise RequestError("'tools' must hold non-empty strings only")
+    seen: dict[str, None] = {}
+    for name in value:
+        seen.setdefault(name, None)
+    return list(seen)
