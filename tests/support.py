@@ -1,0 +1,65 @@
+"""Helpers for driving the real driver programs in tests: sessions and racers."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
+
+from cloudstore.client import ServeProcess
+
+Json = Any
+
+
+def fresh_agent(owner: Optional[str] = "o") -> dict:
+    """A new agent nobody else in the run uses."""
+    return {"id": f"agent-{uuid.uuid4().hex[:10]}", "owner": owner}
+
+
+class Session:
+    """One ``serve`` process bound to one agent, with a terse request method."""
+
+    def __init__(self, proc: ServeProcess, agent: dict) -> None:
+        self.proc = proc
+        self.agent = agent
+
+    def __call__(self, op: str, **args: Json) -> Json:
+        return self.proc.request({"op": op, "agent": self.agent, **args}, timeout=60)
+
+
+@contextmanager
+def serving(store: Any, count: int = 1) -> Iterator[list[ServeProcess]]:
+    """``count`` serve processes of the store's driver, closed afterwards."""
+    procs = [ServeProcess(store.program, env=store.env) for _ in range(count)]
+    try:
+        for p in procs:  # warm: the SDK import and first connection happen here
+            p.request({"op": "last", "agent": {"id": "warm", "owner": None}, "thread": "warm"}, timeout=60)
+        yield procs
+    finally:
+        for p in procs:
+            p.close()
+
+
+def race(procs: list[ServeProcess], make: Callable[[int], Json]) -> list[Json]:
+    """Send ``make(i)`` from every process at once (released at a barrier); replies by i."""
+    barrier = threading.Barrier(len(procs))
+    replies: list[Json] = [None] * len(procs)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        try:
+            request = make(i)
+            barrier.wait(timeout=30)
+            replies[i] = procs[i].request(request, timeout=60)
+        except BaseException as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(procs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return replies
