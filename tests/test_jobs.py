@@ -1,0 +1,198 @@
+"""Jobs and the shared job_next index through the real drivers, on every backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from support import Session, fresh_agent, race, serving
+
+
+@pytest.fixture
+def session(store):
+    with serving(store) as procs:
+        yield Session(procs[0], fresh_agent())
+
+
+def job(id_: str, due, spec=None) -> dict:
+    return {"id": id_, "spec": spec if spec is not None else {"do": id_}, "due": due}
+
+
+def test_put_get_list_count_remove(session):
+    s = session
+    assert s("job_get", place="waiting", id="j") == {"reply": "job", "job": None}
+    assert s("job_count", place="waiting") == {"reply": "count", "count": 0}
+    spec = {"big": 2**64 + 1, "f": 0.5, "u": "ü", "list": [None, True]}
+    assert s("job_put", place="waiting", job=job("j", 1_800_000_000.25, spec)) == {"reply": "done"}
+    assert s("job_put", place="firing", job=job("j", 7)) == {"reply": "done"}
+    assert s("job_put", place="waiting", job=job("k", 5)) == {"reply": "done"}
+    got = s("job_get", place="waiting", id="j")["job"]
+    assert got == job("j", 1_800_000_000.25, spec) and got["spec"]["big"] == 2**64 + 1
+    assert s("job_get", place="firing", id="j")["job"] == job("j", 7)
+    assert sorted(j["id"] for j in s("job_list", place="waiting")["jobs"]) == ["j", "k"]
+    assert s("job_count", place="waiting")["count"] == 2
+    assert s("job_count", place="ending")["count"] == 0
+    assert s("job_put", place="waiting", job=job("k", 6, {"new": 1})) == {"reply": "done"}
+    assert s("job_get", place="waiting", id="k")["job"] == job("k", 6, {"new": 1})
+    assert s("job_count", place="waiting")["count"] == 2
+    assert s("job_remove", place="waiting", id="j") == {"reply": "found", "found": True}
+    assert s("job_remove", place="waiting", id="j") == {"reply": "found", "found": False}
+    assert s("job_get", place="firing", id="j")["job"] == job("j", 7)
+    assert s("job_list", place="waiting")["jobs"] == [job("k", 6, {"new": 1})]
+
+
+def test_shift_moves_whole_and_replaces(session):
+    s = session
+    s("job_put", place="waiting", job=job("j", 10, {"v": "waiting"}))
+    s("job_put", place="firing", job=job("j", 99, {"v": "old firing"}))
+    assert s("job_shift", id="j", **{"from": "waiting", "to": "firing"}) == {"reply": "found", "found": True}
+    assert s("job_get", place="waiting", id="j")["job"] is None
+    assert s("job_get", place="firing", id="j")["job"] == job("j", 10, {"v": "waiting"})
+    assert s("job_shift", id="j", **{"from": "waiting", "to": "firing"}) == {"reply": "found", "found": False}
+    assert s("job_shift", id="nope", **{"from": "firing", "to": "ending"})["found"] is False
+    assert s("job_shift", id="j", **{"from": "firing", "to": "waiting"})["found"] is True
+    assert s("job_next")["next"] is not None
+
+
+def test_eight_shifters_of_one_job_exactly_one_finds_it(store):
+    agent = fresh_agent()
+    with serving(store, 8) as procs:
+        s = Session(procs[0], agent)
+        for round_ in range(5):
+            jid = f"race-{round_}"
+            s("job_put", place="waiting", job=job(jid, 100 + round_))
+            targets = ["firing", "ending"]
+            replies = race(procs, lambda i: {"op": "job_shift", "agent": agent, "id": jid,
+                                              "from": "waiting", "to": targets[i % 2]})
+            found = [i for i, r in enumerate(replies) if r == {"reply": "found", "found": True}]
+            assert len(found) == 1, replies
+            assert all(r == {"reply": "found", "found": False} for i, r in enumerate(replies) if i != found[0])
+            places = [p for p in ("waiting", "firing", "ending") if s("job_get", place=p, id=jid)["job"] is not None]
+            assert places == [targets[found[0] % 2]]
+            assert s("job_get", place=places[0], id=jid)["job"] == job(jid, 100 + round_)
+
+
+def test_job_next_answers_for_every_agent_in_the_store(store):
+    with serving(store) as procs:
+        a = Session(procs[0], {"id": "same", "owner": None})
+        b = Session(procs[0], {"id": "same", "owner": "someone"})
+        assert a("job_next") == {"reply": "next", "next": None}
+        a("job_put", place="waiting", job=job("x", 500))
+        b("job_put", place="waiting", job=job("y", 300.5))
+        b("job_put", place="firing", job=job("z", 1))  # firing never counts
+        assert a("job_next") == {"reply": "next", "next": 300.5}
+        assert b("job_next")["next"] == 300.5
+        assert b("job_shift", id="y", **{"from": "waiting", "to": "firing"})["found"]
+        assert a("job_next")["next"] == 500
+        a("job_put", place="waiting", job=job("x", 700))  # moved later: the old entry must go
+        assert a("job_next")["next"] == 700
+        a("job_put", place="waiting", job=job("w", 2**70))
+        assert a("job_next")["next"] == 700
+        a("job_remove", place="waiting", id="x")
+        assert a("job_next")["next"] == 2**70
+        a("job_remove", place="waiting", id="w")
+        assert a("job_next")["next"] is None
+        b("job_shift", id="y", **{"from": "firing", "to": "waiting"})
+        assert a("job_next")["next"] == 300.5
+        a("job_put", place="waiting", job=job("neg", -5))
+        assert b("job_next")["next"] == -5
+
+
+def test_job_mark_moves_on_every_waiting_change(session):
+    s = session
+    seen = [s("job_mark")["mark"]]
+    assert seen == [0]
+
+    def moved() -> None:
+        mark = s("job_mark")["mark"]
+        assert isinstance(mark, int) and mark not in seen
+        seen.append(mark)
+
+    s("job_put", place="waiting", job=job("j", 10))
+    moved()
+    s("job_put", place="waiting", job=job("j", 10))
+    moved()
+    s("job_shift", id="j", **{"from": "waiting", "to": "firing"})
+    moved()
+    s("job_shift", id="j", **{"from": "firing", "to": "waiting"})
+    moved()
+    s("job_remove", place="waiting", id="j")
+    moved()
+
+
+def test_day(session):
+    assert session("job_day") == {"reply": "day", "day": 0, "sent": 0}
+    assert session("job_set_day", day=20_000, sent=3) == {"reply": "done"}
+    assert session("job_day") == {"reply": "day", "day": 20_000, "sent": 3}
+    for bad in ({"day": -1, "sent": 0}, {"day": 1.0, "sent": 0}, {"day": 1, "sent": "2"}, {"day": 1}):
+        assert session("job_set_day", **bad)["reply"] == "error"
+    assert session("job_day") == {"reply": "day", "day": 20_000, "sent": 3}
+
+
+def test_agents_jobs_are_their_own(store):
+    with serving(store) as procs:
+        a = Session(procs[0], {"id": "x", "owner": ""})
+        b = Session(procs[0], {"id": "x", "owner": None})
+        a("job_put", place="waiting", job=job("j", 1))
+        assert b("job_get", place="waiting", id="j")["job"] is None
+        assert b("job_count", place="waiting")["count"] == 0
+        assert b("job_shift", id="j", **{"from": "waiting", "to": "firing"})["found"] is False
+        assert b("job_remove", place="waiting", id="j")["found"] is False
+        assert a("job_get", place="waiting", id="j")["job"] == job("j", 1)
+
+
+HOSTILE_IDS = ["/", "..", "a/b", "%", "ü", "日本", " ", "x" * 256, "é" * 128, "~", "_"]
+
+
+def test_hostile_job_ids_are_kept_exactly(session):
+    for i, jid in enumerate(HOSTILE_IDS):
+        assert session("job_put", place="waiting", job=job(jid, i)) == {"reply": "done"}, jid
+    assert sorted(j["id"] for j in session("job_list", place="waiting")["jobs"]) == sorted(HOSTILE_IDS)
+    for i, jid in enumerate(HOSTILE_IDS):
+        assert session("job_get", place="waiting", id=jid)["job"] == job(jid, i)
+
+
+@pytest.mark.parametrize("bad", [
+    {"place": "later", "job": job("j", 1)},
+    {"place": "waiting", "job": job("", 1)},
+    {"place": "waiting", "job": job("x" * 257, 1)},
+    {"place": "waiting", "job": job("é" * 129, 1)},
+    {"place": "waiting", "job": job("a\nb", 1)},
+    {"place": "waiting", "job": job("a\x85b", 1)},
+    {"place": "waiting", "job": job("j", "1")},
+    {"place": "waiting", "job": job("j", True)},
+    {"place": "waiting", "job": {"id": "j", "due": 1}},
+    {"place": "waiting", "job": {"id": "j", "spec": 1, "due": 1, "extra": 2}},
+    {"place": "waiting", "job": job("j", 1, "x" * (1 << 20))},
+])
+def test_rule_breaking_jobs_change_nothing(session, bad):
+    session("job_put", place="waiting", job=job("keep", 3))
+    mark = session("job_mark")["mark"]
+    assert session("job_put", **bad)["reply"] == "error"
+    assert session("job_list", place="waiting")["jobs"] == [job("keep", 3)]
+    assert session("job_mark")["mark"] == mark
+
+
+def test_spec_of_exactly_one_mebibyte_is_kept(session):
+    spec = "x" * ((1 << 20) - 2)  # a JSON string: the quotes make it 1 MiB
+    assert session("job_put", place="waiting", job=job("big", 1, spec)) == {"reply": "done"}
+    assert session("job_get", place="waiting", id="big")["job"]["spec"] == spec
+
+
+def test_a_stale_index_entry_wakes_early_and_is_collected(store_env, monkeypatch):
+    """A crash between the index entry and the record: early answer at first, then cleaned."""
+    import cloudstore.due_index as due_index
+    from cloudstore.service import Service
+    from cloudstore.settings import open_store, parse_location
+    from cloudstore.space import Space
+    from cloudstore.validate import Agent
+
+    setting = "LNK_GCS_URL" if store_env.backend == "gcs" else "LNK_BUCKET_URL"
+    loc = parse_location(setting, store_env.env[setting], ("gs", "s3", "file"))
+    service = Service(Space(open_store(loc), loc.prefix))
+    agent = Agent("crashy", "o")
+    service.jobs.index.add(service.space.keys(agent), "ghost", 5)  # the record never came
+    service.jobs.put(agent, "waiting", job("real", 50))
+    assert service.jobs.next() == 5  # early, never late
+    monkeypatch.setattr(due_index, "GRACE", 0.0)
+    assert service.jobs.next() == 50
+    assert len(service.space.store.list(due_index.due_root(loc.prefix))) == 1
