@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, TextIO
@@ -114,7 +115,14 @@ class Answerer:
 
         try:
             request = parse_request(line)
-            return self._service().handle(request)
+            service = self._service()
+            if not log.isEnabledFor(logging.DEBUG):
+                return service.handle(request)
+            before, start = service.space.store.requests, time.perf_counter()
+            reply = service.handle(request)
+            log.debug("op=%s reply=%s requests=%d ms=%.2f", request.get("op"), reply.get("reply"),
+                      service.space.store.requests - before, (time.perf_counter() - start) * 1000)
+            return reply
         except RequestError as exc:
             return error(str(exc))
         except SettingError as exc:

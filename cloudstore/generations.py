@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Protocol, TypeVar, Union
@@ -204,7 +205,8 @@ class RetryingStore:
     def __init__(self, backend: Backend, policy: RetryPolicy = RetryPolicy()) -> None:
         self.backend = backend
         self.policy = policy
-        self.requests = 0  # every backend request made, for benchmarks
+        self.requests = 0  # every backend request made, for benchmarks and logs
+        self._count_lock = threading.Lock()
 
     # -- plumbing
 
@@ -214,7 +216,8 @@ class RetryingStore:
         policy = self.policy
 
         def count_and_call() -> T:
-            self.requests += 1
+            with self._count_lock:
+                self.requests += 1
             return fn()
 
         retrying = tenacity.Retrying(

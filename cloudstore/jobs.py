@@ -99,10 +99,13 @@ class Jobs:
         key = keys.job(job_id)
         if source == target:
             return self.get(agent, source, job_id) is not None
-        current = self.get(agent, source, job_id)
-        if current is None:
-            return False
-        entry = self.index.add(keys, job_id, current["due"]) if target == WAITING else None
+        entry: Optional[str] = None
+        current: Optional[dict] = None
+        if target == WAITING:  # the index entry comes first, so its due must be read first
+            current = self.get(agent, source, job_id)
+            if current is None:
+                return False
+            entry = self.index.add(keys, job_id, current["due"])
 
         def change(record: Optional[dict]) -> tuple[Any, Optional[tuple[dict, Optional[dict]]]]:
             places = _places(record)
@@ -110,7 +113,7 @@ class Jobs:
                 return KEEP, None
             moved = places.pop(source)
             replaced = places.get(target)
-            if entry is not None and moved["job"]["due"] != current["due"]:
+            if current is not None and moved["job"]["due"] != current["due"]:
                 return KEEP, None  # changed under us: the caller tries again
             places[target] = {"job": moved["job"], "entry": entry} if entry else {"job": moved["job"]}
             return {"places": places}, (moved, replaced)
