@@ -72,7 +72,7 @@ settings (environment):
   LNK_BUCKET_URL          s3://BUCKET[/PREFIX] or file:///ABSOLUTE/FOLDER (required)
   AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL
                           endpoint of an S3-compatible service (MinIO, R2, moto...)
-  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE, AWS_REGION / AWS_DEFAULT_REGION
+  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE, AWS_DEFAULT_REGION
                           credentials and region, found as boto3 finds them
   LNK_STORE_LOG           log level on stderr (default WARNING)
 """,

@@ -1,0 +1,562 @@
+"""The deployment files parse, and say what the drivers need.
+
+``docker-compose.yml``, ``deploy/Dockerfile``, the systemd units and every
+JSON/YAML policy under ``deploy/`` are read and checked against the code they
+deploy: console scripts come from ``pyproject.toml``, the conformance
+service's shell is run with a stub ``lnk-store-check``, the GCS IAM condition
+is evaluated on sample resources, and the units go through
+``systemd-analyze verify`` where it is installed. Nothing here needs Docker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+import yaml
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: pytest itself depends on tomli there
+    import tomli as tomllib  # type: ignore[no-redef]
+
+ROOT = Path(__file__).resolve().parent.parent
+DEPLOY = ROOT / "deploy"
+COMPOSE = ROOT / "docker-compose.yml"
+ONE_COMMAND = "docker compose up --abort-on-container-exit --exit-code-from conformance"
+
+S3_OBJECT_ACTIONS = {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
+S3_ACTIONS = S3_OBJECT_ACTIONS | {"s3:ListBucket"}
+GCS_PERMISSIONS = {"storage.objects.get", "storage.objects.create", "storage.objects.delete", "storage.objects.list"}
+HARDENING = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "PrivateTmp": "yes"}
+
+
+# --------------------------------------------------------------------------
+# helpers
+
+
+def pyproject() -> dict:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)
+
+
+def console_scripts() -> dict[str, str]:
+    return dict(pyproject()["project"]["scripts"])
+
+
+def as_list(value: Any) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def image_default(image: str) -> str:
+    """``${VAR:-default}`` -> default (Compose interpolation); a plain image as it is."""
+    m = re.fullmatch(r"\$\{[A-Z_][A-Z0-9_]*:-([^}]+)\}", image)
+    return m.group(1) if m else image
+
+
+def compose_unescape(text: str) -> str:
+    """A Compose string as the container sees it: ``$$`` is ``$``; a lone ``$`` is refused."""
+    lone = re.sub(r"\$\$", "", text)
+    assert "$" not in lone, f"a lone $ in {text!r}: Compose would interpolate it from the host; write $$"
+    return text.replace("$$", "$")
+
+
+def flag_value(argv: list[str], flag: str) -> Optional[str]:
+    for i, arg in enumerate(argv):
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(flag + "="):
+            return arg[len(flag) + 1:]
+    return None
+
+
+def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
+    """A systemd unit: section -> key -> every value given (keys may repeat)."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    current: Optional[dict[str, list[str]]] = None
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = sections.setdefault(line[1:-1], {})
+            continue
+        assert current is not None, f"{path.name}: {line!r} before any [Section]"
+        key, eq, value = line.partition("=")
+        assert eq, f"{path.name}: {line!r} is not KEY=VALUE"
+        current.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+def parse_env_file(path: Path) -> dict[str, str]:
+    """An EnvironmentFile: KEY=VALUE lines and comments only."""
+    env: dict[str, str] = {}
+    for n, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", line), f"{path.name}:{n}: {line!r} is not KEY=VALUE"
+        key, _, value = line.partition("=")
+        env[key] = value
+    return env
+
+
+def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        stripped = raw.strip()
+        if stripped.startswith("#") or (not stripped and not pending):
+            continue
+        line = pending + stripped
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        pending = ""
+        word, _, rest = line.partition(" ")
+        out.append((word.upper(), rest.strip()))
+    assert not pending, "the Dockerfile ends inside a continued line"
+    return out
+
+
+# --------------------------------------------------------------------------
+# docker-compose.yml
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    with open(COMPOSE) as f:
+        return yaml.safe_load(f)
+
+
+@pytest.fixture(scope="module")
+def services(compose: dict) -> dict:
+    return compose["services"]
+
+
+def test_compose_has_the_five_services(services):
+    assert set(services) == {"minio", "minio-init", "fake-gcs", "fake-gcs-init", "conformance"}
+
+
+def test_compose_says_its_one_command_at_the_top():
+    head = COMPOSE.read_text().split("services:", 1)[0]
+    assert ONE_COMMAND in head
+
+
+def test_emulators_are_pinned_and_agree_with_the_container_tests(services):
+    conftest = (ROOT / "tests" / "containers" / "conftest.py").read_text()
+    for name, repo in (("minio", "minio/minio"), ("fake-gcs", "fsouza/fake-gcs-server")):
+        image = image_default(services[name]["image"])
+        name_part, _, tag = image.partition(":")
+        assert name_part == repo and tag and tag != "latest", image
+        assert f'"{image}"' in conftest, f"tests/containers/conftest.py does not pin {image}"
+    assert image_default(services["fake-gcs-init"]["image"]) == image_default(services["fake-gcs"]["image"])
+
+
+def _healthcheck(service: dict) -> list[str]:
+    check = service.get("healthcheck") or {}
+    test = check.get("test")
+    assert isinstance(test, list) and test[0] in ("CMD", "CMD-SHELL") and len(test) > 1, check
+    assert int(check.get("retries", 0)) >= 3, check
+    assert check.get("interval"), check
+    return test[1:]
+
+
+def test_minio_serves_data_and_has_a_healthcheck(services):
+    minio = services["minio"]
+    command = as_list(minio["command"])
+    assert command[:2] == ["server", "/data"], command
+    probe = " ".join(_healthcheck(minio))
+    assert probe == "mc ready local" or "/minio/health/live" in probe, probe
+    assert minio["environment"]["MINIO_ROOT_USER"] and len(minio["environment"]["MINIO_ROOT_PASSWORD"]) >= 8
+
+
+def fake_gcs_port(services: dict) -> str:
+    return flag_value([str(a) for a in services["fake-gcs"]["command"]], "-port") or "4443"
+
+
+def minio_port(services: dict) -> str:
+    address = flag_value(as_list(services["minio"]["command"]), "--address") or ":9000"
+    return address.rsplit(":", 1)[1]
+
+
+def test_fake_gcs_flags_and_healthcheck(services):
+    argv = [str(a) for a in services["fake-gcs"]["command"]]
+    assert flag_value(argv, "-scheme") == "http"
+    assert flag_value(argv, "-backend") == "memory", "the filesystem backend keeps no generations"
+    assert flag_value(argv, "-port") == "4443"
+    assert flag_value(argv, "-public-host")
+    probe = " ".join(_healthcheck(services["fake-gcs"]))
+    assert re.search(rf"http://(127\.0\.0\.1|localhost):{fake_gcs_port(services)}/", probe), probe
+
+
+def s3_bucket_made(services: dict) -> str:
+    """The bucket minio-init makes, after checking it talks to the minio service as root."""
+    init = services["minio-init"]
+    assert image_default(init["image"]).startswith("minio/mc")
+    assert init["depends_on"]["minio"]["condition"] == "service_healthy"
+    env = services["minio"]["environment"]
+    assert init["environment"]["MC_HOST_local"] == (
+        f"http://{env['MINIO_ROOT_USER']}:{env['MINIO_ROOT_PASSWORD']}@minio:{minio_port(services)}")
+    command = as_list(init["command"])
+    assert command[0] == "mb" and "--ignore-existing" in command, command
+    target = command[-1]
+    assert target.startswith("local/"), command
+    return target[len("local/"):]
+
+
+def gcs_bucket_made(services: dict) -> str:
+    """The bucket fake-gcs-init POSTs, unless it exists (checked first, with the same name)."""
+    init = services["fake-gcs-init"]
+    assert init["depends_on"]["fake-gcs"]["condition"] == "service_healthy"
+    assert init["entrypoint"] == ["/bin/sh", "-c"]
+    script = compose_unescape(as_list(init["command"])[0])
+    base = f"http://fake-gcs:{fake_gcs_port(services)}/storage/v1/b"
+    posted = re.search(r"--post-data '([^']*)'", script)
+    assert posted, script
+    bucket = json.loads(posted.group(1))["name"]
+    assert f"'{base}?project=" in script, script
+    assert script.index(f"{base}/{bucket}") < script.index("--post-data"), "must look before it POSTs"
+    return bucket
+
+
+def test_init_services_make_buckets_and_do_not_abort_the_run(services):
+    assert re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", s3_bucket_made(services))
+    assert re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]", gcs_bucket_made(services))
+    # --abort-on-container-exit would stop everything when an init service exits 0.
+    assert services["minio-init"]["attach"] is False
+    assert services["fake-gcs-init"]["attach"] is False
+
+
+def test_conformance_is_built_from_the_deploy_dockerfile_and_waits_for_its_emulators(services):
+    conf = services["conformance"]
+    assert conf["build"]["context"] == "."
+    assert (ROOT / conf["build"]["dockerfile"]).resolve() == (DEPLOY / "Dockerfile").resolve()
+    assert conf["depends_on"] == {
+        "minio": {"condition": "service_healthy"},
+        "minio-init": {"condition": "service_completed_successfully"},
+        "fake-gcs": {"condition": "service_healthy"},
+        "fake-gcs-init": {"condition": "service_completed_successfully"},
+    }
+    assert conf.get("attach", True) is not False
+
+
+STUB = """#!{python}
+import json, os, sys
+with open(os.environ["STUB_LOG"], "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+failing = sys.argv[1] == os.environ.get("STUB_FAIL")
+print("12 passed, 1 failed" if failing else "13 passed, 0 failed")
+sys.exit(1 if failing else 0)
+"""
+
+
+def run_conformance_command(services: dict, tmp_path: Path, fail: str = "") -> tuple[int, list[tuple[str, dict]]]:
+    """Run the conformance service's command with a stub lnk-store-check; (exit, [(program, env)])."""
+    argv = [compose_unescape(str(a)) for a in as_list(services["conformance"]["command"])]
+    stub_dir = tmp_path / "bin"
+    stub_dir.mkdir(exist_ok=True)
+    stub = stub_dir / "lnk-store-check"
+    stub.write_text(STUB.format(python=sys.executable))
+    stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+    log = tmp_path / f"calls-{fail or 'none'}.log"
+    env = {**os.environ, "PATH": f"{stub_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+           "STUB_LOG": str(log), "STUB_FAIL": fail}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    calls = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        args = json.loads(line)
+        program, settings, i = None, {}, 0
+        while i < len(args):
+            if args[i] == "--env":
+                key, eq, value = args[i + 1].partition("=")
+                assert eq, args
+                settings[key] = value
+                i += 2
+            else:
+                assert program is None, f"two programs in {args}"
+                program = args[i]
+                i += 1
+        calls.append((program, settings))
+    return done.returncode, calls
+
+
+def test_conformance_runs_both_drivers_against_the_emulators(services, tmp_path):
+    code, calls = run_conformance_command(services, tmp_path)
+    assert code == 0
+    assert [program for program, _ in calls] == ["lnk-bucket-store", "lnk-gcs"]
+    assert {"lnk-bucket-store", "lnk-gcs"} <= set(console_scripts())
+
+    s3 = calls[0][1]
+    assert re.fullmatch(rf"s3://{re.escape(s3_bucket_made(services))}(/[^/]+)*", s3["LNK_BUCKET_URL"])
+    assert s3["AWS_ENDPOINT_URL_S3"] == f"http://minio:{minio_port(services)}"
+    assert s3["AWS_ACCESS_KEY_ID"] == services["minio"]["environment"]["MINIO_ROOT_USER"]
+    assert s3["AWS_SECRET_ACCESS_KEY"] == services["minio"]["environment"]["MINIO_ROOT_PASSWORD"]
+    assert s3["AWS_DEFAULT_REGION"], "boto3 reads AWS_DEFAULT_REGION (not AWS_REGION)"
+
+    gcs = calls[1][1]
+    assert re.fullmatch(rf"gs://{re.escape(gcs_bucket_made(services))}(/[^/]+)*", gcs["LNK_GCS_URL"])
+    assert gcs["STORAGE_EMULATOR_HOST"] == f"http://fake-gcs:{fake_gcs_port(services)}"
+
+    usage = program_help("lnk-store-check")  # the real CLI takes PROGRAM and --env KEY=VALUE
+    assert usage.returncode == 0 and re.search(r"--env\b", usage.stdout) and "PROGRAM" in usage.stdout, usage
+
+
+@pytest.mark.parametrize("failing", ["lnk-bucket-store", "lnk-gcs"])
+def test_conformance_fails_when_either_driver_fails_and_still_runs_both(services, tmp_path, failing):
+    code, calls = run_conformance_command(services, tmp_path, fail=failing)
+    assert code != 0
+    assert [program for program, _ in calls] == ["lnk-bucket-store", "lnk-gcs"]
+
+
+# --------------------------------------------------------------------------
+# JSON and YAML under deploy/
+
+
+def test_every_json_file_under_deploy_parses():
+    files = sorted(DEPLOY.rglob("*.json"))
+    assert len(files) >= 5, files
+    for path in files:
+        with open(path) as f:
+            json.load(f)
+
+
+def load(path: str) -> Any:
+    with open(DEPLOY / path) as f:
+        return yaml.safe_load(f) if path.endswith((".yaml", ".yml")) else json.load(f)
+
+
+def check_s3_grants(statements: list[dict]) -> None:
+    """Allow statements grant exactly what the driver needs, limited to PREFIX/."""
+    allowed = [s for s in statements if s["Effect"] == "Allow"]
+    actions: set[str] = set()
+    for s in allowed:
+        acts = set(as_list(s["Action"]))
+        assert not any("*" in a for a in acts), acts
+        assert "NotAction" not in s and "NotResource" not in s, s
+        actions |= acts
+        resources = as_list(s["Resource"])
+        if acts <= S3_OBJECT_ACTIONS:
+            assert resources == ["arn:aws:s3:::BUCKET/PREFIX/*"], s
+        else:
+            assert acts == {"s3:ListBucket"}, f"list and object actions mixed in one statement: {s}"
+            assert resources == ["arn:aws:s3:::BUCKET"], s
+            assert s["Condition"] == {"StringLike": {"s3:prefix": ["PREFIX/*"]}}, s
+        if "Principal" in s:
+            assert s["Principal"] != "*" and s["Principal"] != {"AWS": "*"}, s
+    assert actions == S3_ACTIONS
+
+
+def test_s3_iam_policy_grants_exactly_the_conditional_write_actions_under_the_prefix():
+    policy = load("s3/iam-policy.json")
+    assert policy["Version"] == "2012-10-17"
+    assert all(s["Effect"] == "Allow" for s in policy["Statement"])
+    check_s3_grants(policy["Statement"])
+
+
+def test_s3_bucket_policy_grants_the_same_to_one_principal_and_denies_plain_http():
+    policy = load("s3/bucket-policy.json")
+    assert policy["Version"] == "2012-10-17"
+    check_s3_grants(policy["Statement"])
+    denies = [s for s in policy["Statement"] if s["Effect"] == "Deny"]
+    assert any(s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport") == "false" for s in denies)
+
+
+def test_s3_lifecycle_never_expires_current_objects():
+    rules = load("s3/lifecycle.json")["Rules"]
+    assert all(r["Status"] == "Enabled" and r["ID"] for r in rules)
+    for r in rules:
+        assert "Transitions" not in r and "Transition" not in r, "a transition would make objects slow or unreadable"
+        expiration = r.get("Expiration")
+        if expiration is not None:
+            assert set(expiration) == {"ExpiredObjectDeleteMarker"}, f"expires current objects: {r}"
+    assert any(r.get("AbortIncompleteMultipartUpload", {}).get("DaysAfterInitiation", 0) >= 1 for r in rules)
+    assert any(r.get("NoncurrentVersionExpiration", {}).get("NoncurrentDays", 0) >= 1 for r in rules)
+
+
+def test_gcs_lifecycle_deletes_only_noncurrent_versions():
+    rules = load("gcs/lifecycle.json")["lifecycle"]["rule"]
+    kinds = [r["action"]["type"] for r in rules]
+    assert set(kinds) <= {"Delete", "AbortIncompleteMultipartUpload"}, kinds
+    deletes = [r for r in rules if r["action"]["type"] == "Delete"]
+    assert deletes
+    for r in deletes:
+        assert r["condition"].get("isLive") is False, f"would delete live objects: {r}"
+        assert r["condition"].get("daysSinceNoncurrentTime", 0) >= 1 or r["condition"].get("numNewerVersions")
+    assert any(r["condition"].get("age", 0) >= 1 for r in rules if r["action"]["type"] == "AbortIncompleteMultipartUpload")
+
+
+def test_gcs_role_has_exactly_the_object_permissions():
+    role = load("gcs/iam-role.yaml")
+    assert role["title"] and role["stage"] == "GA"
+    assert set(role["includedPermissions"]) == GCS_PERMISSIONS
+    assert len(role["includedPermissions"]) == len(GCS_PERMISSIONS)
+    assert "storage.objects.delete" in (DEPLOY / "gcs/iam-role.yaml").read_text().split("includedPermissions")[0]
+
+
+def eval_cel(expression: str, resource_type: str, name: str) -> bool:
+    """Evaluate the condition's small CEL subset (==, &&, ||, startsWith, parentheses) in Python."""
+    assert re.fullmatch(r'[\sA-Za-z_.()"/=|&:-]+', expression), expression
+    py = expression.replace("&&", " and ").replace("||", " or ").replace(".startsWith(", ".startswith(")
+
+    class Resource:
+        pass
+
+    res = Resource()
+    res.type, res.name = resource_type, name  # type: ignore[attr-defined]
+    return bool(eval(py, {"__builtins__": {}}, {"resource": res}))  # noqa: S307 - our own file, checked above
+
+
+def test_gcs_condition_limits_objects_to_the_prefix_and_lets_the_bucket_be_listed():
+    cond = load("gcs/iam-binding-condition.json")
+    assert cond["title"] and cond["expression"]
+    assert len(cond["title"]) <= 100
+    expr = cond["expression"]
+    obj, bucket = "storage.googleapis.com/Object", "storage.googleapis.com/Bucket"
+    assert eval_cel(expr, obj, "projects/_/buckets/BUCKET/objects/PREFIX/a/o/i/mark")
+    assert eval_cel(expr, obj, "projects/_/buckets/BUCKET/objects/PREFIX/_due/1")
+    assert not eval_cel(expr, obj, "projects/_/buckets/BUCKET/objects/PREFIXX/a")
+    assert not eval_cel(expr, obj, "projects/_/buckets/BUCKET/objects/other/a")
+    assert not eval_cel(expr, obj, "projects/_/buckets/OTHER/objects/PREFIX/a")
+    assert eval_cel(expr, bucket, "projects/_/buckets/BUCKET"), "list is checked on the bucket"
+    assert not eval_cel(expr, bucket, "projects/_/buckets/OTHER")
+
+
+# --------------------------------------------------------------------------
+# Dockerfile
+
+
+def test_dockerfile_installs_with_pip_install_dot_as_a_non_root_user():
+    steps = dockerfile_instructions(DEPLOY / "Dockerfile")
+    assert steps[0] == ("FROM", "python:3.11-slim")
+    runs = [args for op, args in steps if op == "RUN"]
+    installs = [r for r in runs if re.search(r"\bpip install\b", r)]
+    assert len(installs) == 1, installs
+    assert re.search(r"\bpip install \.(\s|$)", installs[0]), installs[0]
+    assert not re.search(r"pip install (-e|--editable)\b", installs[0]) and ".[" not in installs[0]
+
+    copied = " ".join(args for op, args in steps if op == "COPY")
+    meta = pyproject()["project"]
+    for needed in ("pyproject.toml", meta["readme"], "cloudstore"):
+        assert re.search(rf"(^|\s){re.escape(needed)}(\s|$)", copied), f"{needed} is not copied: {copied}"
+    assert steps.index(("RUN", installs[0])) > max(i for i, (op, _) in enumerate(steps) if op == "COPY")
+
+    users = [args for op, args in steps if op == "USER"]
+    assert users and users[-1].split(":")[0] not in ("root", "0")
+    assert max(i for i, (op, _) in enumerate(steps) if op == "USER") > steps.index(("RUN", installs[0]))
+    assert not [op for op, _ in steps if op == "ENTRYPOINT"]
+    cmd = [args for op, args in steps if op == "CMD"]
+    assert len(cmd) == 1 and json.loads(cmd[0]) == ["lnk-store-bridge", "--help"]
+    assert "lnk-store-bridge" in console_scripts()
+
+
+# --------------------------------------------------------------------------
+# systemd
+
+UNITS = {"lnk-store-bridge.service": "lnk-store-bridge", "lnk-cloud-scheduler.service": "lnk-cloud-scheduler"}
+ENV_EXAMPLE = DEPLOY / "systemd" / "cloudstore.env.example"
+
+
+def exec_start(unit: dict) -> list[str]:
+    values = unit["Service"]["ExecStart"]
+    assert len(values) == 1, values
+    return shlex.split(values[0])
+
+
+@pytest.mark.parametrize("unit_name, script", sorted(UNITS.items()))
+def test_unit_runs_its_console_script_hardened(unit_name, script):
+    unit = parse_unit(DEPLOY / "systemd" / unit_name)
+    argv = exec_start(unit)
+    assert argv[0].startswith("/"), "systemd wants an absolute path"
+    assert os.path.basename(argv[0]) == script and script in console_scripts()
+
+    service = unit["Service"]
+    assert service["Restart"] == ["on-failure"]
+    for key, value in HARDENING.items():
+        assert service.get(key) == [value], (key, service.get(key))
+    writable = " ".join(service.get("ReadWritePaths", [])).split()
+    assert writable and all(p.lstrip("-").startswith("/") for p in writable)
+    assert service.get("User") and service["User"] != ["root"]
+    assert service["EnvironmentFile"] == ["/etc/cloudstore/cloudstore.env"]
+    assert unit["Install"]["WantedBy"] == ["multi-user.target"]
+
+    defined = parse_env_file(ENV_EXAMPLE)
+    for var in re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", service["ExecStart"][0]):
+        assert var in defined, f"{unit_name} uses ${var}, which cloudstore.env.example does not set"
+
+
+def test_bridge_unit_can_write_its_harness_folder():
+    unit = parse_unit(DEPLOY / "systemd" / "lnk-store-bridge.service")
+    harness = flag_value(exec_start(unit), "--harness")
+    assert harness and harness in " ".join(unit["Service"]["ReadWritePaths"]).split()
+    assert flag_value(exec_start(unit), "--driver")
+
+
+def program_help(script: str) -> subprocess.CompletedProcess:
+    """``SCRIPT --help`` through the entry point pyproject declares (installed or not)."""
+    module, _, func = console_scripts()[script].partition(":")
+    code = f"import sys; sys.argv = [{script!r}, '--help']; from {module} import {func} as m; sys.exit(m())"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+
+@pytest.mark.parametrize("unit_name, script", sorted(UNITS.items()))
+def test_unit_flags_are_ones_the_program_takes(unit_name, script):
+    done = program_help(script)
+    assert done.returncode == 0, done.stderr
+    flags = [a.split("=", 1)[0] for a in exec_start(parse_unit(DEPLOY / "systemd" / unit_name))[1:] if a.startswith("--")]
+    for flag in flags:
+        assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", done.stdout), f"{script} --help does not list {flag}"
+
+
+def test_env_example_names_a_driver_and_both_settings():
+    text = ENV_EXAMPLE.read_text()
+    env = parse_env_file(ENV_EXAMPLE)
+    assert env["LNK_STORE_DRIVER"] in {"lnk-gcs", "lnk-bucket-store"} & set(console_scripts())
+    assert "LNK_GCS_URL=gs://" in text and "LNK_BUCKET_URL=s3://" in text
+    assert "export " not in text
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_units_pass_systemd_analyze_verify(tmp_path):
+    """Every key and value as systemd reads them; only the install path is swapped for stubs."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    units = []
+    for unit_name, script in UNITS.items():
+        stub = bin_dir / script
+        stub.write_text("#!/bin/sh\n")
+        stub.chmod(0o755)
+        text = (DEPLOY / "systemd" / unit_name).read_text()
+        assert "/opt/cloudstore/bin/" in text
+        (tmp_path / unit_name).write_text(text.replace("/opt/cloudstore/bin/", f"{bin_dir}/"))
+        units.append(str(tmp_path / unit_name))
+    done = subprocess.run(["systemd-analyze", "verify", "--man=no", *units], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and not done.stdout.strip() and not done.stderr.strip(), done.stdout + done.stderr
+
+
+# --------------------------------------------------------------------------
+# deploy/README.md
+
+
+def test_deploy_readme_covers_every_file_and_provider():
+    text = (DEPLOY / "README.md").read_text()
+    for path in sorted(p for p in DEPLOY.rglob("*") if p.is_file() and p.name != "README.md"):
+        assert str(path.relative_to(DEPLOY)) in text, f"deploy/README.md does not mention {path.relative_to(DEPLOY)}"
+    for needed in ("docker-compose.yml", ONE_COMMAND, "AWS_ENDPOINT_URL_S3", ".r2.cloudflarestorage.com",
+                   "AWS_DEFAULT_REGION=auto", "MinIO", "ifGenerationMatch", "If-None-Match", "If-Match", "once a second"):
+        assert needed in text, needed
