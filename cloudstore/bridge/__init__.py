@@ -4,7 +4,7 @@ See ``server.StoreBridge`` for the bridge, ``client.BridgeClient`` for its
 callers and ``proof`` for the proof both sides compute.
 """
 
-from .client import BridgeClient, BridgeError, exchange, proof_line
+from .client import BridgeClient, BridgeError, bridge_error_word, exchange, proof_line
 from .drivers import Contract
 from .limits import Limits
 from .proof import compute_proof, read_key_file
@@ -14,6 +14,7 @@ __all__ = [
     "AgentSpec",
     "BridgeClient",
     "BridgeError",
+    "bridge_error_word",
     "Contract",
     "Limits",
     "SOCKET_NAME",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -50,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _spec(owner: Optional[str], agent_id: str, key_file: str, folder: str) -> AgentSpec:
-    return AgentSpec(owner=owner, id=agent_id, key=read_key_file(key_file), folder=folder)
+    # Absolute: the folder becomes the driver's LNK_STORE_DIR and is judged for links on every call.
+    return AgentSpec(owner=owner, id=agent_id, key=read_key_file(key_file), folder=os.path.abspath(folder))
 
 
 def agents_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[AgentSpec]:

@@ -15,7 +15,9 @@ from typing import Any, Optional, Sequence
 from ..client import dumps
 from .proof import compute_proof
 
-__all__ = ["BridgeClient", "BridgeError", "compute_proof", "exchange", "proof_line"]
+__all__ = ["BridgeClient", "BridgeError", "bridge_error_word", "compute_proof", "exchange", "proof_line"]
+
+BRIDGE_WORDS = ("refused", "busy", "timeout", "driver")
 
 
 class BridgeError(Exception):
@@ -27,6 +29,16 @@ def proof_line(key: bytes, owner: Optional[str], agent_id: str) -> bytes:
     return dumps({"agent": {"id": agent_id, "owner": owner}, "proof": compute_proof(key, owner, agent_id)}).encode(
         "utf-8"
     )
+
+
+def bridge_error_word(reply: dict[str, Any]) -> Optional[str]:
+    """``refused``, ``busy``, ``timeout`` or ``driver`` when the bridge itself
+    answered the error (a caller may retry ``busy``); None for anything else,
+    a driver's own error included."""
+    if reply.get("reply") != "error" or not isinstance(reply.get("error"), str):
+        return None
+    word = reply["error"].split(":", 1)[0]
+    return word if word in BRIDGE_WORDS else None
 
 
 def exchange(socket_path: str, lines: Sequence[bytes], timeout: float = 60.0, pause: float = 0.0) -> bytes:
@@ -71,7 +83,7 @@ class BridgeClient:
         self.owner = owner
         self.id = agent_id
         self.timeout = timeout
-        self._proof = proof_line(key, owner, agent_id)
+        self.proof = proof_line(key, owner, agent_id)  # the first line of each of its calls
 
     @property
     def agent(self) -> dict[str, Any]:
@@ -80,7 +92,7 @@ class BridgeClient:
 
     def request_line(self, line: bytes) -> bytes:
         """Send one raw request line; the raw reply line (BridgeError if none)."""
-        reply = exchange(self.socket_path, [self._proof, line], self.timeout)
+        reply = exchange(self.socket_path, [self.proof, line], self.timeout)
         if not reply:
             raise BridgeError(f"{self.socket_path}: closed without a reply")
         return reply

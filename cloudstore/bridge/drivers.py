@@ -15,6 +15,7 @@ process is dropped so the next call gets a fresh one) and ``NoDriverFree``.
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import subprocess
@@ -89,33 +90,63 @@ def check_reply_line(text: str) -> str:
     return text
 
 
-class _Watchdog:
-    """Kills a serve process at its deadline, whatever the caller is blocked on
-    (writing a large request to a driver that stopped reading, or waiting for
-    its line); exactly one of ``disarm`` and the kill wins."""
+class _Watch:
+    """One armed deadline: the process is killed at it unless disarmed first."""
 
-    def __init__(self, proc: ServeProcess, seconds: float) -> None:
-        self._proc = proc
-        self._lock = threading.Lock()
-        self._done = False
+    def __init__(self, proc: ServeProcess, at: float) -> None:
+        self.proc = proc
+        self.at = at
+        self.done = False
         self.fired = False
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def _fire(self) -> None:
-        with self._lock:
-            if self._done:
-                return
-            self._done = self.fired = True
-        self._proc.kill()
 
     def disarm(self) -> bool:
         """Stop watching; whether the kill already happened."""
-        self._timer.cancel()
-        with self._lock:
-            self._done = True
+        with _Watchdog.lock:
+            self.done = True
             return self.fired
+
+
+class _Watchdog:
+    """Kills serve processes at their calls' deadlines, whatever the caller is
+    blocked on (writing a large request to a driver that stopped reading, or
+    waiting for its line). One thread for every call: arming or disarming a
+    deadline wakes nobody, so a call costs no thread switch of its own.
+    Exactly one of ``disarm`` and the kill wins.
+    """
+
+    lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(self.lock)
+        self._heap: list[tuple[float, int, _Watch]] = []
+        self._seq = 0
+        self._thread: Optional[threading.Thread] = None
+
+    def arm(self, proc: ServeProcess, seconds: float) -> _Watch:
+        watch = _Watch(proc, time.monotonic() + seconds)
+        with self._cond:
+            self._seq += 1
+            heapq.heappush(self._heap, (watch.at, self._seq, watch))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="bridge-watchdog", daemon=True)
+                self._thread.start()
+            elif self._heap[0][2] is watch:
+                self._cond.notify()
+        return watch
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0][0] > time.monotonic():
+                    self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                _, _, watch = heapq.heappop(self._heap)
+                if watch.done:
+                    continue
+                watch.done = watch.fired = True
+            watch.proc.kill()
+
+
+_WATCHDOG = _Watchdog()
 
 
 class DriverPool:
@@ -136,6 +167,7 @@ class DriverPool:
         self._places = 0  # processes alive (idle or busy) plus call-mode runs under way
         self._idle: list[tuple[Hashable, ServeProcess]] = []  # longest idle first
         self._busy: set[ServeProcess] = set()
+        self._waiting: dict[Hashable, int] = {}  # calls waiting for a place, per agent
         self._closed = False
 
     # -- places ------------------------------------------------------------
@@ -145,7 +177,9 @@ class DriverPool:
 
         Also returns processes to stop outside the lock: dead idle ones found
         on the way, or the longest idle one of another agent, evicted to make
-        room. An evicted process's place passes straight to this caller.
+        room. An evicted process's place passes straight to this caller; a
+        process some call of its own agent is waiting for is never evicted, so
+        agents' calls do not churn each other's processes.
         """
         drop: list[ServeProcess] = []
         with self._cond:
@@ -165,26 +199,41 @@ class DriverPool:
                     if self._places < self.max_drivers:
                         self._places += 1
                         return None, drop
-                    if self._idle:
-                        drop.append(self._idle.pop(0)[1])
+                    victim = next((i for i, (k, _) in enumerate(self._idle) if not self._waiting.get(k)), None)
+                    if victim is not None:
+                        drop.append(self._idle.pop(victim)[1])
                         return None, drop
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise NoDriverFree(f"all {self.max_drivers} drivers stayed busy for {self.call_timeout:g} s")
-                    self._cond.wait(remaining)
+                    self._waiting[key] = self._waiting.get(key, 0) + 1
+                    try:
+                        self._cond.wait(remaining)
+                    finally:
+                        self._waiting[key] -= 1
+                        if not self._waiting[key]:
+                            del self._waiting[key]
 
     def _give_back(self, key: Hashable, proc: Optional[ServeProcess], keep: bool) -> None:
-        """Return a place; a healthy serve process stays idle for its agent."""
+        """Return a place; a healthy serve process stays idle for its agent.
+
+        One that failed is killed; a healthy one the stopping bridge no longer
+        keeps is let go at end of stdin, as every serve process ends.
+        """
         with self._cond:
+            kept = proc is not None and keep and not self._closed and proc.alive()
             if proc is not None:
                 self._busy.discard(proc)
-            if proc is not None and keep and not self._closed and proc.alive():
+            if kept:
                 self._idle.append((key, proc))
             else:
                 self._places -= 1
             self._cond.notify_all()
-        if proc is not None and not keep:
-            proc.kill()
+        if proc is not None and not kept:
+            if keep:
+                proc.close(timeout=5.0)
+            else:
+                proc.kill()
 
     # -- calls ---------------------------------------------------------------
 
@@ -216,7 +265,7 @@ class DriverPool:
             self._give_back(key, proc, keep)
 
     def _serve_one(self, proc: ServeProcess, line: bytes) -> bytes:
-        watch = _Watchdog(proc, self.call_timeout)
+        watch = _WATCHDOG.arm(proc, self.call_timeout)
         try:
             text = proc.request_line(line)
         except (DriverError, ValueError) as exc:

@@ -29,6 +29,7 @@ class LineReader:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self._buf = bytearray()
+        self.lines_read = 0
 
     def read_line(self, deadline: float, limit: int) -> bytes:
         """The next line without its newline; one left unended at EOF counts.
@@ -43,6 +44,7 @@ class LineReader:
                 del self._buf[: end + 1]
                 if len(line) > limit:
                     raise LineTooLong(f"line of {len(line)} bytes, over {limit}")
+                self.lines_read += 1
                 return line
             if len(self._buf) > limit:
                 raise LineTooLong(f"line over {limit} bytes")
@@ -61,6 +63,7 @@ class LineReader:
                 if self._buf:
                     line = bytes(self._buf)
                     self._buf.clear()
+                    self.lines_read += 1
                     return line
                 raise LineClosed("closed before a line")
             self._buf += chunk
@@ -76,12 +79,14 @@ def send_line(sock: socket.socket, line: bytes, timeout: float) -> bool:
         return False
 
 
-def finish(sock: socket.socket, drain_seconds: float = 1.0) -> None:
+def finish(sock: socket.socket, drain_seconds: float = 0.0) -> None:
     """End a connection so the peer reads all it was sent.
 
     Closing a Unix socket with unread input resets the peer, which may then
-    fail writing a request it had not finished sending (Linux). So: stop
-    writing, read and drop what the peer still sends for a moment, close.
+    fail writing a request it had not finished sending (Linux). So, when the
+    peer may still be sending (``drain_seconds`` > 0: it was answered before
+    its request was read), stop writing, read and drop what it still sends
+    for a moment, then close.
     """
     try:
         sock.shutdown(socket.SHUT_WR)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional
+from typing import Any
 
 from .. import validate
 from ..validate import Agent, RequestError
@@ -120,10 +120,3 @@ def error_reply(reason: str) -> dict:
     """The bridge's own answer, ``{"reply": "error", "error": "<word>: <why>"}``."""
     return {"reply": "error", "error": reason}
 
-
-def first_word(reply: Optional[dict]) -> Optional[str]:
-    """``refused``, ``busy``, ``timeout`` or ``driver`` for a bridge error; else None."""
-    if not reply or reply.get("reply") != "error" or not isinstance(reply.get("error"), str):
-        return None
-    word = reply["error"].split(":", 1)[0]
-    return word if word in ("refused", "busy", "timeout", "driver") else None

@@ -19,7 +19,7 @@ import selectors
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
 from ..client import dumps
@@ -44,8 +44,8 @@ class AgentSpec:
 
     owner: Optional[str]
     id: str
-    key: bytes
-    folder: str
+    key: bytes = field(repr=False)  # never in a log line
+    folder: str = ""
 
     @property
     def agent(self) -> Agent:
@@ -55,9 +55,6 @@ class AgentSpec:
     def store_dir(self) -> str:
         """``LNK_STORE_DIR``: the agent's chats/, so what a driver keeps moves with the agent."""
         return os.path.join(self.folder, "chats")
-
-    def __repr__(self) -> str:  # never print the key
-        return f"AgentSpec(owner={self.owner!r}, id={self.id!r}, folder={self.folder!r})"
 
 
 class StoreBridge:
@@ -75,11 +72,7 @@ class StoreBridge:
         self.socket_path = os.path.join(os.fspath(harness_dir), SOCKET_NAME)
         self.agents: dict[Agent, AgentSpec] = {}
         for spec in agents:
-            if spec.agent in self.agents:
-                raise ValueError(f"agent {spec.agent} is given twice")
-            self.agents[spec.agent] = spec
-        if not self.agents:
-            raise ValueError("a bridge serves at least one agent")
+            self.add_agent(spec)
         self.driver = driver
         self.driver_env = dict(driver_env or {})
         self.limits = limits
@@ -89,20 +82,32 @@ class StoreBridge:
         self.pool: Optional[DriverPool] = None
         self._sock: Optional[socket.socket] = None
         self._ident: Optional[tuple[int, int]] = None
-        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake: Optional[tuple[socket.socket, socket.socket]] = None  # wakes the accept loop to stop
         self._threads: set[threading.Thread] = set()
         self._threads_lock = threading.Lock()
         self._accepter: Optional[threading.Thread] = None
         self._stopping = threading.Event()
+
+    def add_agent(self, spec: AgentSpec) -> None:
+        """Serve one more agent, also while running (a test harness meets agents as it goes).
+
+        The table is replaced, never changed in place, so a proof being
+        checked meanwhile sees it whole, before or after.
+        """
+        if spec.agent in self.agents:
+            raise ValueError(f"agent {_name(spec.agent)} is given twice")
+        self.agents = {**self.agents, spec.agent: spec}
 
     # -- life ----------------------------------------------------------------
 
     def start(self) -> "StoreBridge":
         """Ask the driver's contract (once), then listen. Raises if either fails."""
         if self.contract is None:
-            self.contract = read_contract(self.driver, self.driver_env, self.limits.call_timeout)
+            # Not a call: a slow first start (an SDK's imports) must not stop the bridge starting.
+            self.contract = read_contract(self.driver, self.driver_env, max(self.limits.call_timeout, 30.0))
         self.pool = DriverPool(self.driver, self.contract, self.limits.max_drivers, self.limits.call_timeout)
         self._sock, self._ident = listen_private(self.socket_path)
+        self._wake = socket.socketpair()
         self._accepter = threading.Thread(target=self._accept_loop, name="bridge-accept", daemon=True)
         self._accepter.start()
         log.info(
@@ -116,7 +121,8 @@ class StoreBridge:
         if self._stopping.is_set():
             return
         self._stopping.set()
-        self._wake_w.send(b"x")
+        if self._wake is not None:
+            self._wake[1].send(b"x")
         if self._accepter is not None:
             self._accepter.join()
         if self._sock is not None:
@@ -130,8 +136,8 @@ class StoreBridge:
             thread.join(max(0.0, deadline - time.monotonic()))
         if self.pool is not None:
             self.pool.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        for end in self._wake or ():
+            end.close()
         log.info("store bridge at %s stopped", self.socket_path)
 
     def __enter__(self) -> "StoreBridge":
@@ -143,13 +149,14 @@ class StoreBridge:
     # -- connections ---------------------------------------------------------
 
     def _accept_loop(self) -> None:
-        assert self._sock is not None
+        assert self._sock is not None and self._wake is not None
+        wake = self._wake[0]
         with selectors.DefaultSelector() as sel:
             sel.register(self._sock, selectors.EVENT_READ)
-            sel.register(self._wake_r, selectors.EVENT_READ)
+            sel.register(wake, selectors.EVENT_READ)
             while not self._stopping.is_set():
                 for key, _ in sel.select():
-                    if key.fileobj is self._wake_r:
+                    if key.fileobj is wake:
                         return
                     try:
                         conn, _ = self._sock.accept()
@@ -163,10 +170,12 @@ class StoreBridge:
 
     def _connection(self, conn: socket.socket) -> None:
         try:
-            reply = self._exchange(conn, LineReader(conn))
+            reader = LineReader(conn)
+            reply = self._exchange(conn, reader)
             if reply is not None:
                 send_line(conn, reply, self.limits.request_timeout)
-            finish(conn)
+            # Answered before its request was read (refused, busy): the caller may still be sending.
+            finish(conn, drain_seconds=0.0 if reader.lines_read >= 2 else 1.0)
         except Exception:  # a bug here must cost one connection, never the bridge
             log.exception("connection failed")
             conn.close()
