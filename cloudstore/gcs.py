@@ -56,6 +56,13 @@ class GCSBackend:
             self.client = storage.Client(project=project, credentials=AnonymousCredentials())
         else:
             self.client = storage.Client()
+        # The drivers read up to 16 objects at once; the default pool of 10
+        # connections would be dropped and reopened (and warn on stderr).
+        from requests.adapters import HTTPAdapter
+
+        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32, max_retries=0)
+        self.client._http.mount("https://", adapter)
+        self.client._http.mount("http://", adapter)
         self.bucket = self.client.bucket(bucket)
         self.bucket_name = bucket
         self.timeout = timeout
