@@ -1,0 +1,21 @@
+"""lnk-store-check: the store driver conformance suite.
+
+Four families of named checks (``check``, ``check_jobs``, ``check_files``,
+``check_narrowing``) drive a driver PROGRAM purely through its commands, as
+``wire.md`` writes the JSON, so they judge a driver in any language.
+
+    from cloudstore.conformance import run
+    report = run("lnk-bucket-store", env={"LNK_BUCKET_URL": "file:///tmp/b"}, quick=True)
+    assert report.ok, report.failures()
+
+Modules: ``harness`` (checks, results), ``transport`` (how a request gets
+there), ``race`` (racers at a barrier), ``rules`` (refusals and stdout
+discipline, shared), one module per family, ``runner`` (which checks a
+contract calls for) and ``cli``.
+"""
+
+from .harness import FAMILIES, Check, Ctx, Report, Result
+from .runner import run
+from .transport import CallTransport, ServeTransport, Transport
+
+__all__ = ["FAMILIES", "Check", "Ctx", "Report", "Result", "run", "Transport", "CallTransport", "ServeTransport"]

@@ -1,0 +1,94 @@
+"""``lnk-store-check [options] PROGRAM``: run the conformance suite against a driver program.
+
+Prints one line per check (name, PASS/FAIL, time in ms, and for a failure
+what was expected and what came back), notes as lines starting with ``#``,
+then ``N passed, M failed`` alone on the last line. Exits 0 when every check
+passed, 1 when any failed, 2 on a usage error (bad options, or options that
+select no check).
+
+How requests reach the driver is chosen in :func:`make_transports`: straight
+to the program (``--mode``), or, with ``--via-bridge``, through the real store
+bridge code run in-process over PROGRAM, each agent a check names served
+with a fresh key and folder (``cloudstore.bridge.transport``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+from ..bridge import transport as bridge_transport
+from .harness import FAMILIES
+from .runner import MODES, run
+from .transport import Transport
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="lnk-store-check",
+        description="Check that a Link store driver program keeps the store contract (wire.md), "
+        "driving it only through its commands: contract, call and serve.",
+    )
+    p.add_argument("program", metavar="PROGRAM", help="the driver: a name on PATH, a path, or a shell-quoted command line")
+    p.add_argument("--mode", choices=MODES, default="serve",
+                   help="how requests reach the driver: one serve process (default), a call process each, or both "
+                        "(the call-mode stdout checks run in every mode)")
+    p.add_argument("--family", action="append", choices=FAMILIES, dest="families", metavar="NAME",
+                   help=f"run only this family (repeatable): {', '.join(FAMILIES)}")
+    p.add_argument("--check", action="append", default=[], dest="checks", metavar="SUBSTRING",
+                   help="run only checks whose name holds SUBSTRING (repeatable)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting for the driver's environment (repeatable)")
+    p.add_argument("--rounds", type=int, default=3, metavar="N", help="how many times each race is run (default 3)")
+    p.add_argument("--quick", action="store_true", help="leave out the slow checks (the 4,097-file list)")
+    bridge_transport.add_options(p)
+    return p
+
+
+def parse_env(pairs: Sequence[str], p: argparse.ArgumentParser) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            p.error(f"--env takes KEY=VALUE, not {pair!r}")
+        env[key] = value
+    return env
+
+
+def make_transports(args: argparse.Namespace, env: dict[str, str]) -> Optional[list[Transport]]:
+    """The transports the options ask for; None lets the runner build them from ``--mode``."""
+    return bridge_transport.transports_for(args, env)
+
+
+def print_line(text: str) -> None:
+    print(text, flush=True)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    env = parse_env(args.env, p)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    transports = make_transports(args, env)
+    try:
+        report = run(
+            args.program, args.families, env, mode=args.mode, rounds=args.rounds, quick=args.quick,
+            checks=args.checks, transports=transports,
+            on_result=lambda r: print_line(r.line()), on_note=lambda n: print_line(f"# {n}"),
+        )
+    finally:
+        for transport in transports or ():  # run() closes only the transports it built
+            transport.close()
+    if not report.results:
+        print(f"lnk-store-check: no check matched {args.checks or args.families}", file=sys.stderr)
+        print_line(report.summary())
+        return 2
+    print_line(f"# {report.seconds:.1f} s")
+    print_line(report.summary())
+    return 0 if report.failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Choose the checks a driver's contract calls for, run them, and report.
+
+The families run are ``check`` always; ``check_jobs`` / ``check_files`` when the
+contract says jobs / files, else one check that their ops are refused;
+``check_narrowing`` unless ``tools_read`` is refused, in which case the family
+is reported as not kept (not failed) and only the consistency of that refusal
+is checked.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping, Optional, Sequence
+
+from ..client import DriverError
+from . import commands, conversations, files, jobs, narrowing
+from .expect import is_error
+from .harness import FAMILIES, Check, Ctx, Report, Result, run_check
+from .program import Driver, read_contract
+from .transport import CallTransport, ServeTransport, Transport
+
+MODES = ("serve", "call", "both")
+
+
+def build_transports(driver: Driver, mode: str, contract: Mapping[str, object], notes: list[str]) -> list[Transport]:
+    """The transports ``mode`` asks for; call mode alone for a driver whose contract does not say serve."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    if mode in ("serve", "both") and not contract.get("serve"):
+        notes.append("the contract does not say serve: requests go through `call`, one process each")
+        return [CallTransport(driver)]
+    return {"serve": [ServeTransport(driver)], "call": [CallTransport(driver)],
+            "both": [ServeTransport(driver), CallTransport(driver)]}[mode]
+
+
+def probe_tools(ctx: Ctx) -> Optional[str]:
+    """Why the driver keeps no tools (its error reply to tools_read), or None when it answers."""
+    try:
+        reply = ctx.ask(ctx.agent(), "tools_read", thread="lnk-store-check probe")
+    except DriverError:
+        return None  # a driver that answers nothing keeps nothing, but that is for the checks to fail
+    return f"tools_read answered an error: {reply.get('error')!r}" if is_error(reply) else None
+
+
+def plan(families: Sequence[str], contract: Mapping[str, object], tools_refused: Optional[str],
+         report: Report) -> list[Check]:
+    """Every check the contract calls for, in family order."""
+    chosen: list[Check] = []
+    for family in families:
+        if family == "check":
+            chosen += commands.checks.checks + conversations.checks.checks
+        elif family == "check_jobs":
+            chosen += (jobs.checks if contract.get("jobs") else jobs.not_kept).checks
+        elif family == "check_files":
+            chosen += (files.checks if contract.get("files") else files.not_kept).checks
+        elif family == "check_narrowing":
+            if tools_refused:
+                report.not_kept["check_narrowing"] = tools_refused
+            chosen += (narrowing.not_kept if tools_refused else narrowing.checks).checks
+        else:
+            raise ValueError(f"no family {family!r}; the families are {', '.join(FAMILIES)}")
+    return chosen
+
+
+def selected(check: Check, contract: Mapping[str, object], quick: bool, substrings: Sequence[str], has_program: bool) -> bool:
+    if quick and check.slow:
+        return False
+    if check.program and not has_program:
+        return False
+    if check.serve_only and not contract.get("serve"):
+        return False
+    return not substrings or any(s in check.name for s in substrings)
+
+
+def run(
+    program: Optional[str | Sequence[str]] = None,
+    families: Optional[Sequence[str]] = None,
+    env: Optional[Mapping[str, str]] = None,
+    *,
+    mode: str = "serve",
+    rounds: int = 3,
+    quick: bool = False,
+    checks: Sequence[str] = (),
+    transports: Optional[Sequence[Transport]] = None,
+    contract: Optional[Mapping[str, object]] = None,
+    on_result: Optional[Callable[[Result], None]] = None,
+    on_note: Optional[Callable[[str], None]] = None,
+) -> Report:
+    """Run the conformance suite against one driver; the report of every check.
+
+    ``program`` is the driver program (a name on PATH, a path, a shell-quoted
+    command line or an argv list) and ``env`` the settings laid over this
+    process's environment for it. ``checks`` keeps only checks whose name holds
+    one of the substrings; ``quick`` leaves out the slow ones (the 4,097-file
+    list). A caller reaching the driver another way (the store bridge) passes
+    its own ``transports`` and ``contract``, and may leave ``program`` out: the
+    checks of the program's commands are then not run.
+    """
+    started = time.monotonic()
+    report = Report()
+    say = on_note or (lambda note: None)
+    driver = Driver(program if isinstance(program, str) else tuple(program), dict(env or {})) if program else None
+    if contract is None:
+        if driver is None:
+            raise ValueError("run() needs a program or a contract")
+        found, why = read_contract(driver)
+        if found is None:
+            report.notes.append(f"no contract: {why}; only `check` is run")
+            say(report.notes[-1])
+        contract = found or {}
+    report.contract = dict(contract)
+    # Without a contract nothing says which families the driver keeps: only `check`, which reports why.
+    families = list(families or FAMILIES) if contract else ["check"]
+    own = transports is None
+    if transports is None:
+        assert driver is not None
+        first_note = len(report.notes)
+        transports = build_transports(driver, mode, contract, report.notes)
+        for note in report.notes[first_note:]:
+            say(note)
+    ways = list(transports)
+    try:
+        tools_refused = probe_tools(Ctx(ways[0], driver, dict(contract), rounds)) if "check_narrowing" in families else None
+        chosen = [c for c in plan(families, contract, tools_refused, report)
+                  if selected(c, contract, quick, checks, driver is not None)]
+        for family, why in report.not_kept.items():
+            say(f"{family}: NOT KEPT ({why})")
+        for check in chosen:
+            for way in ([None] if check.program else ways):
+                ctx = Ctx(way, driver, dict(contract), rounds, keeps_tools=tools_refused is None)
+                result = run_check(check, ctx, "program" if way is None else way.mode)
+                if len(ways) > 1 and way is not None:
+                    result.label = f"{check.name} [{way.mode}]"
+                report.results.append(result)
+                if on_result:
+                    on_result(result)
+    finally:
+        if own:
+            for way in ways:
+                way.close()
+    report.seconds = time.monotonic() - started
+    return report

@@ -1,0 +1,40 @@
+"""Each defect of the toy driver is caught by the check that names it, and by little else.
+
+A check that cannot fail is a defect of the suite: these show that the
+races, the millisecond lapse, exact values, versions, narrowing, stdout and
+refusals each fail when the driver gets exactly that wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from cloudstore.conformance import Report
+
+#: TOY_BREAK -> the checks that must fail (every one of them).
+CAUGHT_BY = {
+    "double_append": {"check.race_append"},
+    "version_reuse": {"check_files.versions_never_return"},
+    "widen_narrowing": {"check_narrowing.only_narrows", "check_narrowing.race_narrow"},
+    "double_shift": {"check_jobs.race_shift"},
+    "stdout_log": {"check.call_stdout_discipline", "check.serve_stdout_discipline",
+                   "check_jobs.call_stdout_discipline", "check_files.serve_stdout_discipline"},
+    "lease_seconds": {"check.lease_lapse_ms"},
+    "lost_event_value": {"check.event_values"},
+    "partial_error": {"check.refuse_bad_append"},
+}
+#: How many checks a defect may fail in all (stdout_log breaks every family's two stdout checks).
+AT_MOST = {"stdout_log": 8, "widen_narrowing": 3, "lease_seconds": 2}
+
+
+@pytest.mark.parametrize("defect", sorted(CAUGHT_BY))
+def test_defect_is_caught_by_its_check(toy: Callable[..., Report], defect: str) -> None:
+    report = toy(TOY_BREAK=defect)
+    failed = report.failed_names()
+    assert CAUGHT_BY[defect] <= failed, f"{defect}: expected {sorted(CAUGHT_BY[defect])} to fail\n{report.failures()}"
+    assert len(failed) <= AT_MOST.get(defect, 1), report.failures()
+    assert report.passed >= len(report.results) - 8
+    assert not report.ok
+    assert report.summary() == f"{report.passed} passed, {report.failed} failed"

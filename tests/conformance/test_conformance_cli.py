@@ -1,0 +1,60 @@
+"""`lnk-store-check` as a command: its lines, its summary and its exit codes."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+from conftest import TOY_PROGRAM
+
+LINE = re.compile(r"^(check\w*)\.\w+( \[(serve|call)\])?  (PASS|FAIL)  \d+ ms(  .+: expected .+; got .+)?$")
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["lnk-store-check", *args], capture_output=True, text=True, timeout=600)
+
+
+def toy_args(tmp_path: Path, *more: str) -> list[str]:
+    return ["--env", f"TOY_STORE_DIR={tmp_path / 'store'}", *more, shlex.join(TOY_PROGRAM)]
+
+
+def test_a_passing_run(tmp_path: Path) -> None:
+    done = cli(*toy_args(tmp_path, "--family", "check_narrowing", "--quick"))
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.fullmatch(r"\d+ passed, 0 failed", lines[-1])
+    results = [line for line in lines[:-1] if not line.startswith("#")]
+    assert results and all(LINE.match(line) for line in results), results
+    assert len(results) == int(lines[-1].split()[0])
+
+
+def test_a_failing_run_says_what_and_exits_1(tmp_path: Path) -> None:
+    done = cli(*toy_args(tmp_path, "--env", "TOY_BREAK=widen_narrowing", "--family", "check_narrowing", "--check", "only"))
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert lines[-1] == "0 passed, 1 failed"
+    assert lines[0].startswith("check_narrowing.only_narrows  FAIL  ")
+    assert "expected" in lines[0] and "got" in lines[0] and LINE.match(lines[0])
+
+
+def test_both_modes_are_labelled(tmp_path: Path) -> None:
+    done = cli(*toy_args(tmp_path, "--mode", "both", "--check", "check.append_gaps", "--rounds", "1"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [line.split("  ")[0] for line in done.stdout.splitlines()[:-2]] == [
+        "check.append_gaps [serve]", "check.append_gaps [call]"]
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    for args in ([], ["--env", "NOEQUALS", "x"], ["--family", "nope", "x"], ["--mode", "fast", "x"],
+                 ["--rounds", "0", "x"], toy_args(tmp_path, "--check", "no such check")):
+        done = cli(*args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert done.stderr
+
+
+def test_a_program_that_does_not_exist_fails(tmp_path: Path) -> None:
+    done = cli("--family", "check", "--check", "contract", str(tmp_path / "no-such-driver"))
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[-1] == "0 passed, 1 failed"
