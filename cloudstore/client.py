@@ -38,6 +38,17 @@ def driver_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     return env
 
 
+def env_pairs(pairs: Sequence[str], option: str) -> dict[str, str]:
+    """Settings given as repeated ``KEY=VALUE`` options; ValueError naming ``option`` when malformed."""
+    env: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{option} takes KEY=VALUE, not {pair!r}")
+        env[key] = value
+    return env
+
+
 class DriverError(Exception):
     """The driver did not answer one JSON reply line (died, hung, or wrote junk)."""
 

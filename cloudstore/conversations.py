@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from .generations import AlreadyExists, Create, Overwrite, PreconditionFailed, Update, backoff_sleep
 from .keys import AgentKeys, SEQ_DIGITS, name_part

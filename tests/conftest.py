@@ -17,6 +17,7 @@ from typing import Iterator
 import pytest
 
 from cloudstore.emulators import Emulator, start_fake_gcs, start_moto
+from support import Session, fresh_agent, serving
 
 BACKENDS = ("file", "moto", "gcs")
 
@@ -76,3 +77,10 @@ def store_env(store: StoreUnderTest, monkeypatch: pytest.MonkeyPatch) -> StoreUn
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"cloudstore backends under test: {', '.join(BACKENDS)} (emulators started as processes); cwd {os.getcwd()}"
+
+
+@pytest.fixture
+def session(store: StoreUnderTest) -> Iterator[Session]:
+    """A serve process of the store's driver, bound to a fresh agent."""
+    with serving(store) as procs:
+        yield Session(procs[0], fresh_agent())

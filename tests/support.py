@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
 from cloudstore.client import ServeProcess
+from cloudstore.settings import Location, parse_location
 
 Json = Any
 
@@ -63,3 +64,19 @@ def race(procs: list[ServeProcess], make: Callable[[int], Json]) -> list[Json]:
     if errors:
         raise errors[0]
     return replies
+
+
+def location_of(store: Any) -> Location:
+    """The parsed location of a store under test."""
+    setting = "LNK_GCS_URL" if store.backend == "gcs" else "LNK_BUCKET_URL"
+    return parse_location(setting, store.env[setting], ("gs", "s3", "file"))
+
+
+def service_of(store: Any) -> Any:
+    """The drivers' request handler in this process, on a store under test (its env must be set)."""
+    from cloudstore.service import Service
+    from cloudstore.settings import open_store
+    from cloudstore.space import Space
+
+    loc = location_of(store)
+    return Service(Space(open_store(loc), loc.prefix))

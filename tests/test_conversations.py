@@ -11,12 +11,6 @@ from support import Session, fresh_agent, race, serving
 HOSTILE = ["", "/", "..", "../x", "a/b", "%2F", "%", "t\n1", "t\x00", "ü", "u\u0308", "日本", " sp ", "x" * 900, "~x", "_x"]
 
 
-@pytest.fixture
-def session(store):
-    with serving(store) as procs:
-        yield Session(procs[0], fresh_agent())
-
-
 def test_append_read_last_and_gaps(session):
     s = session
     assert s("last", thread="t") == {"reply": "last", "last": 0}

@@ -6,17 +6,11 @@ import base64
 
 import pytest
 
-from support import Session, fresh_agent, race, serving
+from support import Session, fresh_agent, race, service_of, serving
 
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
-
-
-@pytest.fixture
-def session(store):
-    with serving(store) as procs:
-        yield Session(procs[0], fresh_agent())
 
 
 def test_write_read_list_remove(session):
@@ -206,22 +200,15 @@ def test_long_thread_names_listed_in_tools_and_leases(session):
 
 def test_a_folder_of_more_than_4096_files_is_refused_never_cut(store_env):
     """4,096 files list; one more makes file_list an error (the files written in parallel, in-process)."""
-    from cloudstore.service import Service
-    from cloudstore.settings import open_store, parse_location
-    from cloudstore.space import Space
-    from cloudstore.validate import Agent
+    from cloudstore.validate import Agent, RequestError
 
-    setting = "LNK_GCS_URL" if store_env.backend == "gcs" else "LNK_BUCKET_URL"
-    loc = parse_location(setting, store_env.env[setting], ("gs", "s3", "file"))
-    service = Service(Space(open_store(loc), loc.prefix))
+    service = service_of(store_env)
     agent = Agent("many", None)
     paths = [f"skills/many/{i:05d}" for i in range(4096)]
     list(service.space.pool.map(lambda p: service.files.write(agent, p, b"", 0), paths))
     request = {"op": "file_list", "agent": {"id": "many", "owner": None}, "folder": "skills/many"}
     assert service.handle(request)["files"] == paths
     service.files.write(agent, "skills/many/extra", b"", 0)
-    from cloudstore.validate import RequestError
-
     with pytest.raises(RequestError, match="4096"):
         service.handle(request)
     assert service.handle({**request, "folder": "skills/other"})["files"] == []

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from support import Session, fresh_agent, race, serving
-
-
-@pytest.fixture
-def session(store):
-    with serving(store) as procs:
-        yield Session(procs[0], fresh_agent())
+from support import Session, fresh_agent, location_of, race, service_of, serving
 
 
 def job(id_: str, due, spec=None) -> dict:
@@ -181,14 +175,10 @@ def test_spec_of_exactly_one_mebibyte_is_kept(session):
 def test_a_stale_index_entry_wakes_early_and_is_collected(store_env, monkeypatch):
     """A crash between the index entry and the record: early answer at first, then cleaned."""
     import cloudstore.due_index as due_index
-    from cloudstore.service import Service
-    from cloudstore.settings import open_store, parse_location
-    from cloudstore.space import Space
     from cloudstore.validate import Agent
 
-    setting = "LNK_GCS_URL" if store_env.backend == "gcs" else "LNK_BUCKET_URL"
-    loc = parse_location(setting, store_env.env[setting], ("gs", "s3", "file"))
-    service = Service(Space(open_store(loc), loc.prefix))
+    service = service_of(store_env)
+    loc = location_of(store_env)
     agent = Agent("crashy", "o")
     service.jobs.index.add(service.space.keys(agent), "ghost", 5)  # the record never came
     service.jobs.put(agent, "waiting", job("real", 50))

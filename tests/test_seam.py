@@ -18,12 +18,8 @@ from cloudstore.generations import (
     AlreadyExists, Create, NotFound, Overwrite, PreconditionFailed, PutMode, RetryingStore, RetryPolicy,
     StoreUnavailable, Transient, Update,
 )
-from cloudstore.settings import Location, open_backend, parse_location
-
-
-def location_of(store) -> Location:
-    setting = "LNK_GCS_URL" if store.backend == "gcs" else "LNK_BUCKET_URL"
-    return parse_location(setting, store.env[setting], ("gs", "s3", "file"))
+from cloudstore.settings import open_backend
+from support import location_of
 
 
 @pytest.fixture

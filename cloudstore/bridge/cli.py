@@ -22,6 +22,7 @@ import sys
 import threading
 from typing import Optional, Sequence
 
+from ..client import env_pairs
 from .limits import Limits
 from .proof import KeyFileError, read_key_file
 from .server import AgentSpec, StoreBridge
@@ -80,13 +81,10 @@ def agents_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> li
 
 
 def _env(pairs: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, str]:
-    env = {}
-    for pair in pairs:
-        name, eq, value = pair.partition("=")
-        if not eq or not name:
-            parser.error(f"--driver-env takes K=V, not {pair!r}")
-        env[name] = value
-    return env
+    try:
+        return env_pairs(pairs, "--driver-env")
+    except ValueError as exc:
+        parser.error(str(exc))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

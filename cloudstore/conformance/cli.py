@@ -19,6 +19,7 @@ import sys
 from typing import Optional, Sequence
 
 from ..bridge import transport as bridge_transport
+from ..client import env_pairs
 from .harness import FAMILIES
 from .runner import MODES, run
 from .transport import Transport
@@ -47,13 +48,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 def parse_env(pairs: Sequence[str], p: argparse.ArgumentParser) -> dict[str, str]:
-    env: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            p.error(f"--env takes KEY=VALUE, not {pair!r}")
-        env[key] = value
-    return env
+    try:
+        return env_pairs(pairs, "--env")
+    except ValueError as exc:
+        p.error(str(exc))
 
 
 def make_transports(args: argparse.Namespace, env: dict[str, str]) -> Optional[list[Transport]]:
