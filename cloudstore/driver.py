@@ -165,11 +165,16 @@ def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: Optional[T
     source = stdin or sys.stdin.buffer
     answerer = Answerer(info)
     write: Callable[[dict], None] = lambda reply: (out.write(encode_reply(reply) + "\n"), out.flush())  # noqa: E731
-    if command == "call":
-        write(answerer.answer(source.read()))
+    try:
+        if command == "call":
+            write(answerer.answer(source.read()))
+            return 0
+        for line in source:
+            write(answerer.answer(line))
+    except BrokenPipeError:
+        # The caller went away: nobody is left to answer. Quietly, not a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
         return 0
-    for line in source:
-        write(answerer.answer(line))
     return 0
 
 

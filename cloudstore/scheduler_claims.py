@@ -1,0 +1,138 @@
+"""Claim leases: which runner may fire a job, kept alive while it fires.
+
+A job in ``firing`` is only the job itself (``job_shift`` moves it whole), so
+who fires it is kept beside it, in a conversation lease on the thread
+``job:<id>`` of the job's agent, held by the runner's unique id.  The lease is
+
+* taken BEFORE the job is shifted out of waiting, so a job in firing always
+  has a live lease unless its runner died (then it lapses and another runner
+  takes it back, ``take`` answering ``lapsed``);
+* renewed every lapse/3 by one thread for every claim this runner holds;
+* ended once the job has left firing, never before (a runner that can't tell
+  where its job is leaves the lease to lapse, so recovery looks again).
+
+Fencing: ``take`` judges a lease lapsed ``lapse`` after its last renewal.  A
+fire whose claim hasn't been confirmed (a successful take or renew, timed from
+when the request was SENT) for ``FENCE`` of the lapse is killed by its worker
+before anyone else can take the job, so a runner cut off from its store stops
+firing instead of firing alongside the runner that recovers the job.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Optional
+
+from .scheduler_log import log
+from .scheduler_store import AgentStore, StoreError
+
+FENCE = 2 / 3  # of the lapse: kill a fire whose claim is this stale (leaves lapse/3 for skew and the kill)
+THREAD_PREFIX = "job:"
+
+
+def lease_thread(job_id: str) -> str:
+    """The conversation lease that says who fires ``job_id``."""
+    return THREAD_PREFIX + job_id
+
+
+class Claim:
+    """This runner's lease on one job: confirmed when, and lost or not."""
+
+    def __init__(self, store: AgentStore, job_id: str, took: str, confirmed: float) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.took = took  # "took" or "lapsed" (a previous holder died)
+        self.confirmed = confirmed  # time.monotonic() when the last successful take/renew was sent
+        self._lost: Optional[str] = None
+        self._lock = threading.Lock()
+
+    @property
+    def thread(self) -> str:
+        return lease_thread(self.job_id)
+
+    def confirm(self, sent: float) -> None:
+        with self._lock:
+            self.confirmed = max(self.confirmed, sent)
+
+    def lose(self, why: str) -> None:
+        with self._lock:
+            if self._lost is None:
+                self._lost = why
+
+    @property
+    def lost(self) -> Optional[str]:
+        """Why the claim is gone (``"lost"``: another holder has it; ``"fenced"``: unconfirmed too long)."""
+        return self._lost
+
+
+class Claims:
+    """Takes, renews, fences and lets go of this runner's claim leases."""
+
+    def __init__(self, holder: str, lapse: float) -> None:
+        self.holder = holder
+        self.lapse = lapse
+        self.lapse_ms = max(1, int(round(lapse * 1000)))
+        self.fence = lapse * FENCE
+        self._held: dict[int, Claim] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._renewer = threading.Thread(target=self._renew_loop, name="claim-renewer", daemon=True)
+        self._renewer.start()
+
+    def take(self, store: AgentStore, job_id: str) -> Optional[Claim]:
+        """The job's lease for this runner, or None when another runner holds it."""
+        sent = time.monotonic()
+        took = store.take(lease_thread(job_id), self.holder, self.lapse_ms)
+        if took == "held":
+            return None
+        claim = Claim(store, job_id, took, sent)
+        with self._lock:
+            self._held[id(claim)] = claim
+        return claim
+
+    def stale(self, claim: Claim) -> Optional[str]:
+        """Why a fire under ``claim`` must stop now, or None (polled by the fire's worker)."""
+        if claim.lost is None and time.monotonic() - claim.confirmed >= self.fence:
+            claim.lose("fenced")
+        return claim.lost
+
+    def release(self, claim: Claim) -> None:
+        """The job has left firing: end the lease so the id can be claimed again at once."""
+        self.forget(claim)
+        try:
+            claim.store.end(claim.thread, self.holder)
+        except StoreError as exc:
+            log("lease_end_failed", agent=claim.store.agent.label(), job=claim.job_id, error=str(exc))
+
+    def forget(self, claim: Claim) -> None:
+        """Stop renewing without ending: the lease lapses and recovery looks at the job again."""
+        with self._lock:
+            self._held.pop(id(claim), None)
+
+    def _holds(self, claim: Claim) -> bool:
+        with self._lock:
+            return id(claim) in self._held
+
+    def close(self) -> None:
+        self._closed.set()
+        self._renewer.join(5)
+
+    def _renew_loop(self) -> None:
+        while not self._closed.wait(self.lapse / 3):
+            with self._lock:
+                held = list(self._held.values())
+            for claim in held:
+                if self.stale(claim) is not None:
+                    continue
+                sent = time.monotonic()
+                try:
+                    renewed = claim.store.renew(claim.thread, self.holder)
+                except StoreError as exc:
+                    log("lease_renew_failed", agent=claim.store.agent.label(), job=claim.job_id, error=str(exc))
+                    continue
+                if renewed:
+                    claim.confirm(sent)
+                elif self._holds(claim):  # not merely released meanwhile
+                    claim.lose("lost")
+                    log("lease_lost", agent=claim.store.agent.label(), job=claim.job_id)

@@ -1,0 +1,179 @@
+"""How the scheduler reaches its agents' store: ``StoreClient.request(dict) -> dict``.
+
+The runner never cares how a request travels, only that it gets one reply
+object back.  Two transports fit behind that seam:
+
+* ``ServeClient``: ONE ``<driver> serve`` process per runner (through
+  ``client.ServeProcess``), shared by all the runner's agents; each request
+  names its agent.  A driver that dies or hangs is killed and started afresh on
+  the next request, and the request that failed is reported as an error whose
+  outcome is unknown (the runner never retries a write blindly: the lease
+  protocol recovers whatever it left behind).
+* ``BridgeStoreClient``: one agent's store bridge (``bridge.BridgeClient``),
+  one proved connection a request.
+
+``Counted`` wraps either and counts requests by op (the benchmark reports
+requests per fired job from it), and ``AgentStore`` turns one agent's ops into
+typed calls that raise ``StoreError`` on an error reply.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Protocol, Sequence
+
+from .client import DriverError, ServeProcess
+
+REQUEST_TIMEOUT = 35.0  # the bridge stops a call at 30 s; a serve driver gets the same, plus slack
+
+
+class StoreError(Exception):
+    """A request got no usable reply, or an error reply; whether a write happened is unknown."""
+
+
+class StoreClient(Protocol):
+    """Anything that sends one request (naming its agent) and returns its reply object."""
+
+    def request(self, request: dict[str, Any]) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class ServeClient:
+    """One ``<program> serve`` driver process, restarted after it fails.
+
+    Thread-safe: ``ServeProcess`` keeps one request in flight at a time, which
+    is what the contract asks of a serve driver.
+    """
+
+    def __init__(self, program: str | Sequence[str], env: Optional[Mapping[str, str]] = None) -> None:
+        self.program = program
+        self.env = dict(env or {})
+        self._proc: Optional[ServeProcess] = None
+        self._lock = threading.Lock()
+
+    def _process(self) -> ServeProcess:
+        with self._lock:
+            if self._proc is None or not self._proc.alive():
+                if self._proc is not None:
+                    self._proc.kill()
+                self._proc = ServeProcess(self.program, self.env)
+            return self._proc
+
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            proc = self._process()
+        except OSError as exc:
+            raise StoreError(f"driver {self.program!r} could not start: {exc}") from exc
+        try:
+            reply = proc.request(request, timeout=REQUEST_TIMEOUT)
+        except (DriverError, OSError, ValueError) as exc:
+            # A reply may still be on its way: this process's stream is out of
+            # step for good, so it is replaced rather than read on.
+            with self._lock:
+                if self._proc is proc:
+                    proc.kill()
+                    self._proc = None
+            raise StoreError(f"driver: {exc} (outcome unknown)") from exc
+        if not isinstance(reply, dict):
+            raise StoreError(f"driver answered a non-object: {reply!r:.200}")
+        return reply
+
+    def close(self) -> None:
+        with self._lock:
+            if self._proc is not None:
+                self._proc.close()
+                self._proc = None
+
+
+class BridgeStoreClient:
+    """One agent's store bridge behind the StoreClient seam."""
+
+    def __init__(self, socket_path: str, owner: Optional[str], agent_id: str, key: bytes) -> None:
+        from .bridge.client import BridgeClient  # only runners configured with a bridge need it
+
+        self.bridge = BridgeClient(socket_path, owner, agent_id, key, timeout=REQUEST_TIMEOUT)
+
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.bridge.request(request)
+        except Exception as exc:  # BridgeError, OSError (no socket), socket.timeout
+            raise StoreError(f"bridge {self.bridge.socket_path}: {exc} (outcome unknown)") from exc
+
+    def close(self) -> None:
+        pass  # a connection per request: nothing kept open
+
+
+class Counted:
+    """A StoreClient that counts what it sends, by op."""
+
+    def __init__(self, inner: StoreClient) -> None:
+        self.inner = inner
+        self.by_op: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            self.by_op[str(request.get("op"))] += 1
+        return self.inner.request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent as the wire names it: (owner or None, id)."""
+
+    owner: Optional[str]
+    id: str
+
+    def wire(self) -> dict[str, Any]:
+        return {"id": self.id, "owner": self.owner}
+
+    def label(self) -> str:
+        """For logs: ``owner/id``, or ``id`` alone when there is no owner."""
+        return self.id if self.owner is None else f"{self.owner}/{self.id}"
+
+
+class AgentStore:
+    """One agent's ops through its client; an error reply raises StoreError."""
+
+    def __init__(self, agent: Agent, client: StoreClient) -> None:
+        self.agent = agent
+        self.client = client
+
+    def op(self, op: str, **args: Any) -> dict[str, Any]:
+        reply = self.client.request({"op": op, "agent": self.agent.wire(), **args})
+        if reply.get("reply") == "error":
+            raise StoreError(f"{op} for {self.agent.label()}: {reply.get('error')}")
+        return reply
+
+    def mark(self) -> int:
+        return int(self.op("job_mark")["mark"])
+
+    def next(self) -> Optional[float]:
+        return self.op("job_next")["next"]
+
+    def list(self, place: str) -> list[dict[str, Any]]:
+        return list(self.op("job_list", place=place)["jobs"])
+
+    def get(self, place: str, job_id: str) -> Optional[dict[str, Any]]:
+        return self.op("job_get", place=place, id=job_id)["job"]
+
+    def shift(self, job_id: str, source: str, target: str) -> bool:
+        return bool(self.op("job_shift", id=job_id, **{"from": source, "to": target})["found"])
+
+    def remove(self, place: str, job_id: str) -> bool:
+        return bool(self.op("job_remove", place=place, id=job_id)["found"])
+
+    def take(self, thread: str, holder: str, lapse_ms: int) -> str:
+        return str(self.op("take", thread=thread, holder=holder, lapse_ms=lapse_ms)["took"])
+
+    def renew(self, thread: str, holder: str) -> bool:
+        return self.op("renew", thread=thread, holder=holder)["reply"] == "done"
+
+    def end(self, thread: str, holder: str) -> None:
+        self.op("end", thread=thread, holder=holder)

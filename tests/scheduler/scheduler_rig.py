@@ -1,0 +1,168 @@
+"""Helpers of the scheduler tests: runner processes, the jobs they fire, and checks of what fired.
+
+``Rig`` starts runners (``python -m cloudstore.scheduler`` with a JSON config),
+puts jobs through a driver of its own, and reads back what the fire command
+(``fire_record.py``) recorded.  A module of its own name (not conftest) so
+that tests import it unambiguously beside other test folders' conftests.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from cloudstore.client import ServeProcess
+
+FIRE = [sys.executable, "-S", str(Path(__file__).with_name("fire_record.py"))]
+AGENTS = [{"owner": None, "id": "a"}, {"owner": "o", "id": "b"}]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A store for one test: the driver program and the settings that reach a fresh prefix."""
+
+    name: str
+    driver: str
+    env: dict[str, str]
+    scale: float  # job counts are multiplied by this (emulators are slower than a folder)
+
+
+@dataclass
+class RunnerProc:
+    proc: subprocess.Popen
+    log: Path
+
+    def events(self, name: Optional[str] = None) -> list[dict[str, Any]]:
+        """The runner's JSON log lines (stderr), those of event ``name`` only if given."""
+        out = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict) and (name is None or event.get("event") == name):
+                    out.append(event)
+        return out
+
+
+@dataclass
+class Rig:
+    backend: Backend
+    root: Path
+    store: ServeProcess
+    runners: list[RunnerProc] = field(default_factory=list)
+
+    @property
+    def record(self) -> Path:
+        return self.root / "fired.jsonl"
+
+    def start_runner(self, **settings: Any) -> RunnerProc:
+        """One runner process for both agents, its config JSON made of ``settings``."""
+        n = len(self.runners)
+        config = {
+            "agents": AGENTS,
+            "driver": self.backend.driver,
+            "driver_env": self.backend.env,
+            "fire": FIRE + [str(self.record)],
+            "mark_interval": 0.25,
+            **settings,
+        }
+        path = self.root / f"runner{n}.json"
+        path.write_text(json.dumps(config))
+        log = self.root / f"runner{n}.log"
+        with open(log, "wb") as err:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "cloudstore.scheduler", "--config", str(path)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+            )
+        runner = RunnerProc(proc, log)
+        self.runners.append(runner)
+        return runner
+
+    def wait_started(self, timeout: float = 30.0) -> None:
+        wait_for(lambda: all(r.events("started") for r in self.runners), timeout, "runners to start")
+
+    def put(self, agent: dict[str, Any], job_id: str, due: float, spec: Any = None, place: str = "waiting") -> None:
+        reply = self.store.request({"op": "job_put", "agent": agent, "place": place,
+                                    "job": {"id": job_id, "spec": spec, "due": due}})
+        assert reply == {"reply": "done"}, reply
+
+    def count(self, agent: dict[str, Any], place: str) -> int:
+        return self.store.request({"op": "job_count", "agent": agent, "place": place})["count"]
+
+    def listing(self, agent: dict[str, Any], place: str) -> list[dict[str, Any]]:
+        return self.store.request({"op": "job_list", "agent": agent, "place": place})["jobs"]
+
+    def empty(self) -> bool:
+        """Every job of both agents has left waiting, firing and ending."""
+        return all(self.count(a, p) == 0 for a in AGENTS for p in ("waiting", "firing", "ending"))
+
+    def records(self, ev: Optional[str] = None) -> list[dict[str, Any]]:
+        if not self.record.exists():
+            return []
+        lines = [json.loads(line) for line in self.record.read_text().splitlines()]
+        return [r for r in lines if ev is None or r["ev"] == ev]
+
+    def stop_all(self) -> None:
+        """SIGTERM every runner still alive and wait: their 'stopped' events get written."""
+        for r in self.runners:
+            if r.proc.poll() is None:
+                r.proc.send_signal(signal.SIGTERM)
+        for r in self.runners:
+            try:
+                r.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                r.proc.kill()
+                r.proc.wait()
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str, every: float = 0.1) -> None:
+    """Poll ``check`` until true; fail naming ``what`` past ``timeout`` (a hang guard, not a timing claim)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def key(record: dict[str, Any]) -> tuple[Optional[str], str, str]:
+    """A firing's job as (owner, agent, job id)."""
+    return (record["owner"], record["agent"], record["job"])
+
+
+def intervals(records: list[dict[str, Any]], cut: Optional[dict[int, float]] = None) -> dict[tuple, list[tuple[float, float]]]:
+    """Each job's firings as (start, end) from its start/end records, matched by the firing process.
+
+    A start with no end belongs to a fire killed with its runner: ``cut`` gives
+    when that runner (by pid) was killed, which ends it; any other open one is
+    taken to run on forever (so it overlaps whatever comes after it).
+    """
+    starts: dict[tuple, dict[int, list[float]]] = {}
+    ends: dict[tuple, dict[int, list[float]]] = {}
+    for r in records:
+        side = starts if r["ev"] == "start" else ends
+        side.setdefault(key(r), {}).setdefault(r["ppid"], []).append(r["t"])
+    out: dict[tuple, list[tuple[float, float]]] = {}
+    for job, by_runner in starts.items():
+        for ppid, ts in by_runner.items():
+            te = sorted(ends.get(job, {}).get(ppid, []))
+            for i, t0 in enumerate(sorted(ts)):
+                t1 = te[i] if i < len(te) else (cut or {}).get(ppid, float("inf"))
+                out.setdefault(job, []).append((t0, t1))
+    return out
+
+
+def assert_no_overlap(spans: dict[tuple, list[tuple[float, float]]]) -> None:
+    """No job was being fired by two runners at the same time."""
+    for job, runs in spans.items():
+        runs = sorted(runs)
+        for (s0, e0), (s1, e1) in zip(runs, runs[1:]):
+            assert e0 <= s1, f"job {job} fired twice at once: {s0:.3f}-{e0:.3f} and {s1:.3f}-{e1:.3f}"
