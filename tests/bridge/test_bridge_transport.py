@@ -6,10 +6,8 @@ from __future__ import annotations
 import argparse
 import threading
 
-import pytest
 
 from cloudstore.bridge.transport import BridgeTransport, add_options, transports_for
-from cloudstore.conformance import run
 from cloudstore.conformance.program import Driver
 
 
@@ -56,18 +54,3 @@ def test_via_bridge_option_picks_the_bridge_transport(short_dir):
         assert transport.request({"op": "last", "agent": {"id": "a"}, "thread": "t"}) == {"reply": "last", "last": 0}
     finally:
         transport.close()
-
-
-@pytest.mark.slow
-def test_whole_conformance_suite_passes_behind_the_bridge(short_dir):
-    """store-interface.txt: every driver's checks run "here and behind the store bridge"."""
-    store = short_dir / "bucket"
-    store.mkdir()
-    env = {"LNK_BUCKET_URL": f"file://{store}"}
-    transport = BridgeTransport(Driver("lnk-bucket-store", env))
-    try:
-        report = run("lnk-bucket-store", env=env, transports=[transport], quick=True, rounds=1)
-    finally:
-        transport.close()
-    assert report.ok, report.failures()
-    assert {r.mode for r in report.results} == {"bridge", "program"}
