@@ -101,10 +101,10 @@ def bench(label: str, program: str, env: dict[str, str], events: int, agents: in
 
     puts = [{"op": "job_put", "agent": {"id": f"agent-{i}", "owner": f"owner-{i % 7}"}, "place": "waiting",
              "job": {"id": "j", "spec": {"i": i}, "due": 2_000_000_000 + i}} for i in range(agents)]
-    _, put_counts = writer.timed(puts)
+    put_times, put_counts = writer.timed(puts)
     t, c = writer.timed([{"op": "job_next", "agent": agent}] * 20)
     print(summary(f"job_next, {agents} agents waiting", t, c))
-    print(summary("job_put into waiting", [0.0], put_counts))
+    print(summary("job_put into waiting", put_times, put_counts))
     shifts = []
     for i in range(20):
         shifts.append({"op": "job_shift", "agent": puts[i]["agent"], "id": "j", "from": "waiting", "to": "firing"})

@@ -23,6 +23,7 @@ Prints a table on stdout; runner logs go to a temporary folder.
 from __future__ import annotations
 
 import argparse
+import re
 import json
 import signal
 import statistics
@@ -65,13 +66,17 @@ def store_for(name: str, stack: ExitStack, folder: Path) -> tuple[str, dict[str,
     return "lnk-gcs", {**em.env, "LNK_GCS_URL": f"gs://{em.bucket}/{prefix}"}
 
 
+BUCKET_LINE = re.compile(r"DEBUG op=\S+ reply=\S+ requests=(\d+)")
+
+
 def start_runners(folder: Path, driver: str, env: dict[str, str], record: Path, n: int,
                   workers: int) -> list[tuple[subprocess.Popen, Path]]:
     runners = []
     for i in range(n):
         config = folder / f"runner{i}.json"
         config.write_text(json.dumps({
-            "agents": AGENTS, "driver": driver, "driver_env": env,
+            # The driver logs each request's bucket requests on stderr (the runner's log).
+            "agents": AGENTS, "driver": driver, "driver_env": {**env, "LNK_STORE_LOG": "debug"},
             "fire": [sys.executable, "-S", "-c", RECORDER, str(record)], "workers": workers,
         }))
         log = folder / f"runner{i}.log"
@@ -144,6 +149,8 @@ def run_one(name: str, jobs: int, spread: float, runners_n: int, workers: int) -
         fired = [json.loads(line) for line in record.read_text().splitlines()]
         logged = [e for _, log in runners for e in events(log, "fired")]
         stopped = [e for _, log in runners for e in events(log, "stopped")]
+        bucket = sum(int(m.group(1)) for _, log in runners
+                     for m in BUCKET_LINE.finditer(log.read_text(errors="replace")))
         by_op: Counter[str] = Counter()
         for e in stopped:
             by_op.update(e["by_op"])
@@ -160,6 +167,7 @@ def run_one(name: str, jobs: int, spread: float, runners_n: int, workers: int) -
             "runner_median_ms": statistics.median(runner_late),
             "runner_worst_ms": runner_late[-1],
             "requests": sum(by_op.values()),
+            "bucket": bucket,
             "by_op": dict(by_op),
             "per_runner": Counter(e["runner"] for e in logged),
         }
@@ -184,12 +192,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         results.append(run_one(name, jobs, spread, args.runners, args.workers))
         results[-1]["spread"] = spread
     print(f"{'backend':8} {'jobs':>5} {'jobs/s':>6} {'fired':>5} {'median ms':>10} {'p90 ms':>8} {'worst ms':>9} "
-          f"{'runner med/worst ms':>20} {'requests/job':>13} {'w/o job_mark':>13}")
+          f"{'runner med/worst ms':>20} {'requests/job':>13} {'w/o job_mark':>13} {'bucket req/job':>15}")
     for r in results:
         print(f"{r['backend']:8} {r['jobs']:5d} {r['jobs'] / r['spread']:6.1f} {r['fired']:5d} {r['median_ms']:10.1f} {r['p90_ms']:8.1f} "
               f"{r['worst_ms']:9.1f} {r['runner_median_ms']:9.1f}/{r['runner_worst_ms']:<10.1f} "
               f"{r['requests'] / max(1, r['fired']):13.2f} "
-              f"{(r['requests'] - r['by_op'].get('job_mark', 0)) / max(1, r['fired']):13.2f}")
+              f"{(r['requests'] - r['by_op'].get('job_mark', 0)) / max(1, r['fired']):13.2f} "
+              f"{r['bucket'] / max(1, r['fired']):15.2f}")
     for r in results:
         per_job = {op: round(n / max(1, r["fired"]), 2) for op, n in sorted(r["by_op"].items())}
         print(f"{r['backend']}: client requests per fired job by op: {per_job}; "
@@ -197,8 +206,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print("Lateness: due -> fire command's first line (process start included); 'runner': due -> just before "
           "spawning it. Requests: counted by each runner's StoreClient (requests to its driver) from start to "
           "stop, so idle job_mark polls (2 agents / 0.25 s = 8/s a runner, whether or not jobs come) are in "
-          "'requests/job' and left out of 'w/o job_mark'; the bucket requests each makes inside the driver "
-          "are not visible from outside.")
+          "'requests/job' and left out of 'w/o job_mark'. 'bucket req/job': the object-store requests the "
+          "drivers made for all of it (their LNK_STORE_LOG=debug lines), idle polls included.")
     return 0
 
 

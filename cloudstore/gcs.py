@@ -126,7 +126,7 @@ class GCSBackend:
                 max_results=(limit + extra) if limit is not None else None,
                 timeout=self.timeout,
                 retry=self._no_retry,
-                fields="items(name,updated),nextPageToken",
+                fields="items(name,updated,generation),nextPageToken",
             )
             got = 0
             for blob in blobs:
@@ -135,7 +135,8 @@ class GCSBackend:
                 if limit is not None and got >= limit:
                     return
                 got += 1
-                yield Listed(blob.name, blob.updated.timestamp() if blob.updated else 0.0)
+                yield Listed(blob.name, blob.updated.timestamp() if blob.updated else 0.0,
+                             str(blob.generation) if blob.generation else None)
         except Exception as exc:  # noqa: BLE001
             raise _classify(exc) from exc
 

@@ -112,10 +112,15 @@ class Object:
 
 @dataclass(frozen=True)
 class Listed:
-    """One key from a listing, with when it was last written (seconds)."""
+    """One key from a listing: when it was last written (seconds) and its version.
+
+    The version (generation, ETag or nonce) lets a reader that already holds
+    that version of the object skip fetching it again.
+    """
 
     key: str
     modified: float
+    version: Optional[str] = None
 
 
 # --------------------------------------------------------------------------

@@ -135,7 +135,7 @@ class Jobs:
 
     def listing(self, agent: Agent, place: str) -> list[dict]:
         keys = self.space.keys(agent)
-        records = self.space.get_many_json(item.key for item in self.space.store.list(keys.jobs()))
+        records = self.space.listed_json(self.space.store.list(keys.jobs()))
         return [p[place]["job"] for p in map(_places, records) if place in p]
 
     def count(self, agent: Agent, place: str) -> int:

@@ -92,7 +92,7 @@ class Leases:
         listed = self.space.store.list(keys.leases())
         now = now_ms()
         out = []
-        for lease in self.space.get_many_json(item.key for item in listed):
+        for lease in self.space.listed_json(listed):
             if _live(lease):
                 out.append({
                     "thread": lease["thread"],

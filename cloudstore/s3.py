@@ -122,7 +122,7 @@ class S3Backend:
                 if limit is not None and got >= limit:
                     return
                 got += 1
-                yield Listed(item["Key"], item["LastModified"].timestamp())
+                yield Listed(item["Key"], item["LastModified"].timestamp(), item.get("ETag"))
 
     def list_dirs(self, prefix: str) -> list[str]:
         parts: set[str] = set()

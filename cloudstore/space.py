@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
 
-from .generations import AlreadyExists, Create, Object, PreconditionFailed, RetryingStore, Update, backoff_sleep
+from .generations import AlreadyExists, Create, Listed, Object, PreconditionFailed, RetryingStore, Update, backoff_sleep
 from .keys import AgentKeys, decode_part, is_hashed
 from .validate import Agent, compact
 
@@ -21,6 +21,9 @@ T = TypeVar("T")
 
 # A CAS loop that keeps losing for this long is contention we cannot beat.
 CAS_ROUNDS = 200
+# What a serve process keeps of objects it listed and read (see listed_json).
+SEEN_MAX = 20_000
+SEEN_OBJECT_MAX = 64 * 1024
 
 
 class Contention(Exception):
@@ -34,6 +37,7 @@ class Space:
     store: RetryingStore
     root: str
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=16))
+    _seen: dict[str, tuple[str, Any]] = field(default_factory=dict)  # key -> (version, parsed JSON)
 
     def keys(self, agent: Agent) -> AgentKeys:
         return AgentKeys(self.root, agent.owner, agent.id)
@@ -55,6 +59,41 @@ class Space:
     def get_many_json(self, keys: Iterable[str]) -> list[Any]:
         """Parsed JSON of many keys (None where absent), in parallel."""
         return [None if o is None else json.loads(o.data) for o in self.get_many(keys)]
+
+    def listed_json(self, listed: Iterable[Listed]) -> list[Any]:
+        """Parsed JSON of the objects a listing named, fetching only those changed since seen.
+
+        A listing gives each object's version; a ``serve`` process keeps the
+        small objects it has read by (key, version), and versions are never
+        reused (the frame's nonce makes every write new), so a listing of
+        many unchanged records (an agent's jobs) costs the LIST alone.
+        """
+        listed = list(self.listed_cache_hits(listed))
+        missing = [item.key for item, hit in listed if hit is None]
+        fetched = dict(zip(missing, self.get_many(missing)))
+        out: list[Any] = []
+        for item, hit in listed:
+            if hit is None:
+                obj = fetched[item.key]
+                if obj is None:
+                    out.append(None)
+                    continue
+                hit = json.loads(obj.data)
+                self._remember(item.key, obj.version, len(obj.data), hit)
+            out.append(hit)
+        return out
+
+    def listed_cache_hits(self, listed: Iterable[Listed]) -> Iterator[tuple[Listed, Any]]:
+        for item in listed:
+            seen = self._seen.get(item.key)
+            yield item, (seen[1] if seen is not None and item.version is not None and seen[0] == item.version else None)
+
+    def _remember(self, key: str, version: str, size: int, value: Any) -> None:
+        if size > SEEN_OBJECT_MAX:
+            return
+        if len(self._seen) >= SEEN_MAX:
+            self._seen.clear()
+        self._seen[key] = (version, value)
 
     # -- writes
 

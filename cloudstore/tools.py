@@ -35,5 +35,5 @@ class Tools:
 
     def listing(self, agent: Agent) -> dict[str, list[str]]:
         keys = self.space.keys(agent)
-        values = self.space.get_many_json(item.key for item in self.space.store.list(keys.tools_all()))
+        values = self.space.listed_json(self.space.store.list(keys.tools_all()))
         return {v["thread"]: list(v["tools"]) for v in values if v is not None}

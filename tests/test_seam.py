@@ -86,6 +86,17 @@ def test_listing_order_start_after_limit_and_dirs(seam):
     assert all(i.modified > 0 for i in s.list(root + "l/"))
 
 
+def test_listing_gives_each_objects_current_version(seam):
+    """What lets a serve process skip re-reading listed objects it already holds."""
+    s, root = seam
+    first = s.put(root + "v/a", b"1", Create())
+    s.put(root + "v/b", b"2", Create())
+    listed = {i.key: i.version for i in s.list(root + "v/")}
+    assert listed == {root + "v/a": first.version, root + "v/b": s.get(root + "v/b").version}
+    second = s.put(root + "v/a", b"1", Update(first.version))
+    assert {i.key: i.version for i in s.list(root + "v/")}[root + "v/a"] == second.version != first.version
+
+
 @pytest.mark.parametrize("mode", ["create", "update"])
 def test_racers_exactly_one_wins(store_env, mode):
     """8 writers, each with its own client (as on 8 machines), released together; 5 rounds."""
