@@ -13,7 +13,7 @@ import os
 import shlex
 import subprocess
 import threading
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 Json = Any
 
@@ -38,13 +38,20 @@ def driver_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     return env
 
 
-def env_pairs(pairs: Sequence[str], option: str) -> dict[str, str]:
-    """Settings given as repeated ``KEY=VALUE`` options; ValueError naming ``option`` when malformed."""
+def env_pairs(pairs: Sequence[str], option: str, fail: Optional[Callable[[str], Any]] = None) -> dict[str, str]:
+    """Settings given as repeated ``KEY=VALUE`` options.
+
+    A malformed one is reported through ``fail`` (an argparse parser's
+    ``error``, which exits), or raised as ValueError naming ``option``.
+    """
     env: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"{option} takes KEY=VALUE, not {pair!r}")
+            why = f"{option} takes KEY=VALUE, not {pair!r}"
+            if fail is not None:
+                fail(why)
+            raise ValueError(why)
         env[key] = value
     return env
 

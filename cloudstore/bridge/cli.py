@@ -80,13 +80,6 @@ def agents_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> li
     return agents
 
 
-def _env(pairs: Sequence[str], parser: argparse.ArgumentParser) -> dict[str, str]:
-    try:
-        return env_pairs(pairs, "--driver-env")
-    except ValueError as exc:
-        parser.error(str(exc))
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -97,7 +90,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log.error("%s", exc)
         return 1
     limits = Limits(call_timeout=args.call_timeout, request_timeout=args.request_timeout)
-    bridge = StoreBridge(args.harness, agents, args.driver, _env(args.driver_env, parser), limits)
+    bridge = StoreBridge(args.harness, agents, args.driver, env_pairs(args.driver_env, "--driver-env", parser.error), limits)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

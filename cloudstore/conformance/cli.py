@@ -47,13 +47,6 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_env(pairs: Sequence[str], p: argparse.ArgumentParser) -> dict[str, str]:
-    try:
-        return env_pairs(pairs, "--env")
-    except ValueError as exc:
-        p.error(str(exc))
-
-
 def make_transports(args: argparse.Namespace, env: dict[str, str]) -> Optional[list[Transport]]:
     """The transports the options ask for; None lets the runner build them from ``--mode``."""
     return bridge_transport.transports_for(args, env)
@@ -66,7 +59,7 @@ def print_line(text: str) -> None:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = parser()
     args = p.parse_args(argv)
-    env = parse_env(args.env, p)
+    env = env_pairs(args.env, "--env", p.error)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
     transports = make_transports(args, env)
