@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
+from functools import partial
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
 from cloudstore.client import ServeProcess
+from cloudstore.racing import at_once
 from cloudstore.settings import Location, parse_location
 
 Json = Any
@@ -44,26 +45,11 @@ def serving(store: Any, count: int = 1) -> Iterator[list[ServeProcess]]:
 
 def race(procs: list[ServeProcess], make: Callable[[int], Json]) -> list[Json]:
     """Send ``make(i)`` from every process at once (released at a barrier); replies by i."""
-    barrier = threading.Barrier(len(procs))
-    replies: list[Json] = [None] * len(procs)
-    errors: list[BaseException] = []
+    def ready(i: int) -> Callable[[], Json]:
+        request = make(i)
+        return lambda: procs[i].request(request, timeout=60)
 
-    def run(i: int) -> None:
-        try:
-            request = make(i)
-            barrier.wait(timeout=30)
-            replies[i] = procs[i].request(request, timeout=60)
-        except BaseException as exc:  # noqa: BLE001 - surfaced below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(procs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return replies
+    return at_once([partial(ready, i) for i in range(len(procs))])
 
 
 def location_of(store: Any) -> Location:

@@ -9,7 +9,7 @@ start_after / limit, and a retried write recognises its own first attempt.
 from __future__ import annotations
 
 import os
-import threading
+from functools import partial
 from typing import Optional
 
 import pytest
@@ -18,6 +18,7 @@ from cloudstore.generations import (
     AlreadyExists, Create, NotFound, Overwrite, PreconditionFailed, PutMode, RetryingStore, RetryPolicy,
     StoreUnavailable, Transient, Update,
 )
+from cloudstore.racing import at_once
 from cloudstore.settings import open_backend
 from support import location_of
 
@@ -107,24 +108,20 @@ def test_racers_exactly_one_wins(store_env, mode):
         base: Optional[str] = None
         if mode == "update":
             base = stores[0].put(key, b"base", Create()).version
-        barrier = threading.Barrier(8)
-        wins: list[int] = []
-        losses: list[int] = []
+        put_mode: PutMode = Create() if base is None else Update(base)
 
-        def run(i: int) -> None:
-            put_mode: PutMode = Create() if base is None else Update(base)
-            barrier.wait()
-            try:
-                stores[i].put(key, f"writer {i}".encode(), put_mode)
-                wins.append(i)
-            except (AlreadyExists, PreconditionFailed):
-                losses.append(i)
+        def ready(i: int):
+            def write() -> bool:
+                try:
+                    stores[i].put(key, f"writer {i}".encode(), put_mode)
+                    return True
+                except (AlreadyExists, PreconditionFailed):
+                    return False
+            return write
 
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        won = at_once([partial(ready, i) for i in range(8)])
+        wins = [i for i, w in enumerate(won) if w]
+        losses = [i for i, w in enumerate(won) if not w]
         assert len(wins) == 1 and len(losses) == 7, (wins, losses)
         assert stores[0].get(key).data == f"writer {wins[0]}".encode()
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from functools import partial
+from typing import Callable, Sequence
 
 from ..client import DriverError
+from ..racing import RaceError, at_once
 from .expect import Json
 from .harness import Ctx
-
-#: How long racers wait for each other at the barrier before giving up.
-BARRIER_SECONDS = 60.0
-
 
 def race(ctx: Ctx, requests: Sequence[Json]) -> list[dict[str, Json]]:
     """Send every request at the same moment, each on its own channel; replies in request order.
@@ -29,30 +27,15 @@ def race(ctx: Ctx, requests: Sequence[Json]) -> list[dict[str, Json]]:
     """
     assert ctx.transport is not None
     channels = ctx.transport.sessions(len(requests))
-    barrier = threading.Barrier(len(requests), timeout=BARRIER_SECONDS)
-    replies: list[Json] = [None] * len(requests)
-    errors: list[str] = []
 
-    def racer(index: int) -> None:
-        request = requests[index]
-        try:
-            channels[index].warm(request["agent"])
-            barrier.wait()
-            replies[index] = channels[index].request(request)
-        except threading.BrokenBarrierError:
-            errors.append(f"racer {index}: another racer failed before the start")
-        except Exception as exc:  # noqa: BLE001 - reported with the racer's number
-            errors.append(f"racer {index}: {type(exc).__name__}: {exc}")
-            barrier.abort()
+    def ready(index: int) -> Callable[[], dict[str, Json]]:
+        channels[index].warm(requests[index]["agent"])
+        return lambda: channels[index].request(requests[index])
 
-    threads = [threading.Thread(target=racer, args=(i,), daemon=True) for i in range(len(requests))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        raise DriverError("; ".join(sorted(errors))[:600])
-    return replies
+    try:
+        return at_once([partial(ready, i) for i in range(len(requests))])
+    except RaceError as exc:
+        raise DriverError(str(exc)) from exc
 
 
 def spread(ctx: Ctx, requests: Sequence[Json], channels: int = 8) -> list[dict[str, Json]]:

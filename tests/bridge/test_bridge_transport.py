@@ -4,9 +4,9 @@ way are proved and answered; malformed ones come back as error replies."""
 from __future__ import annotations
 
 import argparse
-import threading
 
 
+from cloudstore.racing import at_once
 from cloudstore.bridge.transport import BridgeTransport, add_options, transports_for
 from cloudstore.conformance.program import Driver
 
@@ -24,17 +24,8 @@ def test_agents_met_on_the_way_are_served_and_kept_apart(short_dir):
             assert transport.request(bad)["reply"] == "error"
         # Eight racers of one number through the bridge: exactly one writes it.
         racers = transport.sessions(8)
-        barrier, replies = threading.Barrier(8), []
-
-        def race(channel) -> None:
-            barrier.wait()
-            replies.append(channel.request({"op": "append", "agent": one, "thread": "r", "event": {"seq": 1}}))
-
-        threads = [threading.Thread(target=race, args=(c,)) for c in racers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        append = {"op": "append", "agent": one, "thread": "r", "event": {"seq": 1}}
+        replies = at_once([lambda c=c: (lambda: c.request(append)) for c in racers])
         assert sorted(r["reply"] for r in replies) == ["done"] + ["taken"] * 7
     finally:
         transport.close()
