@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
-from .generations import AlreadyExists, Create, Overwrite, PreconditionFailed, Update, backoff_sleep
+from .generations import AlreadyExists, Create, Overwrite
 from .keys import AgentKeys, SEQ_DIGITS, name_part
-from .space import CAS_ROUNDS, Contention, Space
+from .space import Contention, Space
 from .validate import Agent, compact
 
 SEGMENT = 64
@@ -63,9 +63,9 @@ class Conversations:
 
     # -- epochs
 
-    def _epoch(self, keys: AgentKeys, thread: str) -> tuple[int, Any]:
-        obj, head = self.space.get_json(keys.head(thread))
-        return (0 if head is None else int(head["epoch"])), obj
+    def _epoch(self, keys: AgentKeys, thread: str) -> int:
+        _, head = self.space.get_json(keys.head(thread))
+        return 0 if head is None else int(head["epoch"])
 
     def _last_in(self, keys: AgentKeys, thread: str, epoch: int, known: int = 0) -> int:
         """The last number in an epoch: after the last segment (or ``known``), the last event key."""
@@ -80,7 +80,7 @@ class Conversations:
 
     def _fresh(self, keys: AgentKeys, thread: str) -> ThreadMemory:
         """Read the epoch and last number from the store, and remember them."""
-        epoch, _ = self._epoch(keys, thread)
+        epoch = self._epoch(keys, thread)
         mem = self.memory.get(keys.thread(thread))
         known = mem.last if mem is not None and mem.epoch == epoch else 0
         mem = ThreadMemory(epoch, self._last_in(keys, thread, epoch, known),
@@ -182,16 +182,12 @@ class Conversations:
     def remove(self, agent: Agent, thread: str) -> None:
         """Bump the epoch, then delete the old epoch's objects (best effort)."""
         keys = self.space.keys(agent)
-        for attempt in range(CAS_ROUNDS):
-            epoch, obj = self._epoch(keys, thread)
-            mode = Create() if obj is None else Update(obj.version)
-            try:
-                self.space.put_json(keys.head(thread), {"epoch": epoch + 1}, mode)
-                break
-            except (AlreadyExists, PreconditionFailed):
-                backoff_sleep(attempt)
-        else:
-            raise Contention("could not remove the conversation: its head kept changing; nothing was removed")
+
+        def bump(head: Optional[dict]) -> tuple[dict, int]:
+            epoch = 0 if head is None else int(head["epoch"])
+            return {"epoch": epoch + 1}, epoch
+
+        epoch = self.space.update(keys.head(thread), bump)
         self.memory.pop(keys.thread(thread), None)
         old = self.store.list(keys.epoch(thread, epoch))
         list(self.space.pool.map(lambda item: self.store.delete(item.key), old))

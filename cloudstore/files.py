@@ -23,10 +23,10 @@ import base64
 import json
 from typing import Any, Optional
 
-from .generations import AlreadyExists, Create, NotFound, Object, PreconditionFailed, Update, backoff_sleep
+from .generations import AlreadyExists, Create, NotFound, Object, PreconditionFailed, Update
 from .keys import AgentKeys, decode_path, folder_part, path_part
-from .space import CAS_ROUNDS, KEEP, Contention, Space
-from .validate import FILE_MAX, FILES_MAX, Agent, RequestError
+from .space import KEEP, Space
+from .validate import FILE_MAX, FILES_MAX, Agent, RequestError, compact
 
 
 def _split(obj: Object) -> tuple[dict, bytes]:
@@ -35,7 +35,7 @@ def _split(obj: Object) -> tuple[dict, bytes]:
 
 
 def _join(header: dict, data: bytes) -> bytes:
-    return json.dumps(header, separators=(",", ":"), ensure_ascii=True).encode("ascii") + b"\n" + data
+    return compact(header).encode("ascii") + b"\n" + data
 
 
 def _floor_key(keys: AgentKeys, path: str) -> str:
@@ -56,11 +56,10 @@ class Files:
         header, data = _split(obj)
         return obj, int(header["v"]), data
 
-    def _next_version(self, keys: AgentKeys, path: str, obj: Optional[Object], version: int) -> int:
-        if obj is not None:
-            return version + 1
+    def _floor(self, keys: AgentKeys, path: str) -> int:
+        """The highest version this path ever had removed (0 for none)."""
         _, floor = self.space.get_json(_floor_key(keys, path))
-        return (0 if floor is None else int(floor["v"])) + 1
+        return 0 if floor is None else int(floor["v"])
 
     def _remember(self, keys: AgentKeys, path: str) -> None:
         part = path_part(path)
@@ -78,7 +77,7 @@ class Files:
         obj, now, _ = self._current(keys, path)
         if now != version:
             return {"reply": "stale", "version": now}
-        new = self._next_version(keys, path, obj, now)
+        new = now + 1 if obj is not None else self._floor(keys, path) + 1
         self._remember(keys, path)
         mode = Create() if obj is None else Update(obj.version)
         try:
@@ -108,18 +107,19 @@ class Files:
     def append(self, agent: Agent, path: str, data: bytes) -> int:
         keys = self.space.keys(agent)
         self._remember(keys, path)
-        for attempt in range(CAS_ROUNDS):
-            obj, now, old = self._current(keys, path)
+
+        def change(raw: Optional[bytes]) -> tuple[bytes, int]:
+            if raw is None:
+                header, old = None, b""
+            else:
+                head, _, old = raw.partition(b"\n")
+                header = json.loads(head)
             if len(old) + len(data) > FILE_MAX:
                 raise RequestError(f"the append would grow {path!r} past {FILE_MAX} bytes; the file is unchanged")
-            new = self._next_version(keys, path, obj, now)
-            mode = Create() if obj is None else Update(obj.version)
-            try:
-                self.store.put(keys.file(path), _join({"v": new, "path": path}, old + data), mode)
-                return new
-            except (AlreadyExists, PreconditionFailed):
-                backoff_sleep(attempt)
-        raise Contention(f"gave up appending to {path!r} after {CAS_ROUNDS} lost rounds; nothing was written")
+            new = int(header["v"]) + 1 if header is not None else self._floor(keys, path) + 1
+            return _join({"v": new, "path": path}, old + data), new
+
+        return self.space.update(keys.file(path), change, raw=True)
 
     def listing(self, agent: Agent, folder: str) -> list[str]:
         keys = self.space.keys(agent)
