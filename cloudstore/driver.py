@@ -123,14 +123,8 @@ class Answerer:
             log.debug("op=%s reply=%s requests=%d ms=%.2f", request.get("op"), reply.get("reply"),
                       service.space.store.requests - before, (time.perf_counter() - start) * 1000)
             return reply
-        except RequestError as exc:
-            return error(str(exc))
-        except SettingError as exc:
-            return error(str(exc))
-        except StoreUnavailable as exc:
-            return error(str(exc))
-        except Contention as exc:
-            return error(str(exc))
+        except (RequestError, SettingError, StoreUnavailable, Contention) as exc:
+            return error(str(exc))  # each message already says what went wrong and what changed
         except Exception as exc:  # noqa: BLE001 - any failure is this request's error reply
             log.error("request failed:\n%s", traceback.format_exc())
             return error(f"internal error ({type(exc).__name__}: {exc}); the change may or may not have been made (outcome unknown)")
