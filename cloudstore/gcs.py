@@ -13,33 +13,66 @@ import, so ``lnk-gcs contract`` stays fast.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Iterator, Optional
 
+from .clock import StoreClock, probe_by_reading
 from .generations import AlreadyExists, Create, Listed, NotFound, PreconditionFailed, PutMode, Transient, Update
 
+# python-storage retries these statuses (google/cloud/storage/retry.py
+# _RETRYABLE_STATUS_CODES: 408, 429, 500, 502, 503, 504); 409 is a conflict
+# between overlapping writes, settled by retrying.
 _TRANSIENT_CODES = {408, 409, 429, 500, 502, 503, 504}
 
 
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """python-storage's own retryable types (retry.py ``_RETRYABLE_TYPES``), the floor.
+
+    Among them ``requests.exceptions.ChunkedEncodingError``: a reply body cut
+    short (urllib3's ``ProtocolError`` as ``requests`` re-raises it while the
+    body is read).  Its status types (429, 500, 502, 503, 504) are
+    ``_TRANSIENT_CODES``.
+    """
+    import http.client
+
+    import requests
+    import requests.exceptions
+    import urllib3.exceptions as u3
+
+    return (
+        ConnectionError, requests.ConnectionError, requests.exceptions.ChunkedEncodingError, requests.Timeout,
+        http.client.BadStatusLine, http.client.IncompleteRead, http.client.ResponseNotReady,
+        u3.PoolError, u3.ProtocolError, u3.SSLError, u3.TimeoutError,
+        TimeoutError,
+    )
+
+
 def _classify(exc: Exception, creating: bool = False) -> Exception:
-    """Map a google-api-core / transport error onto the seam's vocabulary."""
+    """Map a google-api-core / google-auth / transport error onto the seam's vocabulary.
+
+    At least what python-storage's ``_should_retry`` retries becomes ``Transient``.
+    """
     from google.api_core import exceptions as gexc
+    from google.auth import exceptions as aexc
+    from google.cloud.storage.exceptions import InvalidResponse
 
     if isinstance(exc, gexc.PreconditionFailed):
         return AlreadyExists(str(exc)) if creating else PreconditionFailed(str(exc))
     if isinstance(exc, gexc.NotFound):
         return NotFound(str(exc))
-    code = getattr(exc, "code", None)
-    if isinstance(exc, gexc.GoogleAPICallError) and code in _TRANSIENT_CODES:
-        return Transient(f"{code}: {exc}")
-    try:
-        import requests
-
-        if isinstance(exc, (requests.ConnectionError, requests.Timeout)):
-            return Transient(str(exc))
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(exc, (ConnectionError, TimeoutError)):
-        return Transient(str(exc))
+    if isinstance(exc, gexc.GoogleAPICallError):
+        return Transient(f"{exc.code} {type(exc).__name__}") if exc.code in _TRANSIENT_CODES else exc
+    if isinstance(exc, InvalidResponse):
+        status = getattr(exc.response, "status_code", None)
+        return Transient(f"{status} {type(exc).__name__}") if status in _TRANSIENT_CODES else exc
+    # python-storage retries a google-auth TransportError when its cause is
+    # retryable; a token that could not be fetched means the request was never
+    # sent to the bucket, so every one is safe to retry (as is a timed-out or
+    # retryable-marked auth failure).
+    auth_failure = isinstance(exc, (aexc.TransportError, aexc.TimeoutError)) or (
+        isinstance(exc, aexc.GoogleAuthError) and exc.retryable)
+    if auth_failure or isinstance(exc, _transport_errors()):
+        return Transient(type(exc).__name__)  # its text may hold the endpoint: logged, not replied
     return exc
 
 
@@ -58,6 +91,7 @@ class GCSBackend:
             self.client = storage.Client()
         # The drivers read up to 16 objects at once; the default pool of 10
         # connections would be dropped and reopened (and warn on stderr).
+        # max_retries=0 is urllib3's Retry(0, read=False): nothing re-sent below us.
         from requests.adapters import HTTPAdapter
 
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32, max_retries=0)
@@ -66,15 +100,39 @@ class GCSBackend:
         self.bucket = self.client.bucket(bucket)
         self.bucket_name = bucket
         self.timeout = timeout
+        self.clock = StoreClock(probe=probe_by_reading(self.get))
+        # Every reply's Date header tells the store's time (see clock.py).
+        self.client._http.hooks["response"].append(self._received)
         # Retries are ours (RetryingStore), so that a retried conditional
-        # write can recognise its own first attempt; the library's are off.
+        # write can recognise its own first attempt; the library's are off:
+        # retry=None reaches the JSON API calls (google.cloud._http
+        # api_request) and the media Download / MultipartUpload, whose
+        # _request_helpers.wait_and_retry calls the request once when the
+        # strategy is None.
         self._no_retry: Any = None
 
-    def get(self, key: str) -> Optional[tuple[bytes, str]]:
+    def _received(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        received = time.time()
+        self.clock.observe_http_date(received - response.elapsed.total_seconds(), received,
+                                     response.headers.get("Date"))
+
+    def get(self, key: str, head: Optional[int] = None) -> Optional[tuple[bytes, str]]:
+        """(bytes, generation), or None when absent; with ``head``, only the first ``head`` bytes.
+
+        The generation is the whole object's, also for a range.
+        """
         blob = self.bucket.blob(key)
+        span: dict[str, int] = {}
+        if head is not None:
+            if head < 1:
+                raise ValueError(f"head must be at least 1, not {head}")
+            span = {"start": 0, "end": head - 1}
         try:
-            data = blob.download_as_bytes(timeout=self.timeout, retry=self._no_retry, checksum=None)
+            data = blob.download_as_bytes(timeout=self.timeout, retry=self._no_retry, checksum=None, **span)
         except Exception as exc:  # noqa: BLE001 - classified below
+            if head is not None and getattr(exc, "code", None) == 416:
+                whole = self.get(key)  # a zero-length object (or gone since): ask without a range
+                return None if whole is None else (whole[0][:head], whole[1])
             mapped = _classify(exc)
             if isinstance(mapped, NotFound):
                 return None
@@ -126,7 +184,7 @@ class GCSBackend:
                 max_results=(limit + extra) if limit is not None else None,
                 timeout=self.timeout,
                 retry=self._no_retry,
-                fields="items(name,updated,generation),nextPageToken",
+                fields="items(name,updated,generation,size),nextPageToken",
             )
             got = 0
             for blob in blobs:
@@ -136,7 +194,8 @@ class GCSBackend:
                     return
                 got += 1
                 yield Listed(blob.name, blob.updated.timestamp() if blob.updated else 0.0,
-                             str(blob.generation) if blob.generation else None)
+                             str(blob.generation) if blob.generation else None,
+                             int(blob.size) if blob.size is not None else None)
         except Exception as exc:  # noqa: BLE001
             raise _classify(exc) from exc
 

@@ -5,7 +5,7 @@ conditional writes, in the spirit of arrow-rs ``object_store``'s PutMode:
 
 * ``Create()``            - write only if no object has the key
   (GCS ``ifGenerationMatch=0``, S3 ``If-None-Match: *``).
-* ``Update(version)``     - write only if the object is still at ``version``
+* ``Update.of(obj)``      - write only if the object is still the one read
   (GCS ``ifGenerationMatch=N``, S3 ``If-Match: etag``).
 * ``Overwrite()``         - write whatever is there.
 
@@ -15,24 +15,33 @@ backend can throw is either retried (``Transient``) or surfaces as
 ``StoreUnavailable`` carrying whether a write may have landed.
 
 Framing.  Every body a backend stores starts with a header line holding a
-fresh random nonce.  That does two jobs no backend can do alone:
+fresh random nonce and the *lineage* of the object: the short tags of the
+writes it replaced, newest first.  That does what no backend can do alone:
 
 * S3 ETags are MD5 of the body, so two writes of equal bytes would share an
   ETag and ``If-Match`` could not tell them apart (ABA).  With a nonce every
   write is a new ETag.
-* A conditional write retried after a lost reply fails against its own first
-  attempt.  The nonce lets ``RetryingStore`` read the object back and see
-  that the winner was itself (the SlateDB approach).
+* A conditional write whose reply was lost, retried, fails against its own
+  first attempt; and by the time the retry looks, another machine may have
+  written on top of it.  The lineage lets ``RetryingStore`` tell the three
+  cases apart: the write landed (our tag is in the chain), another write
+  took its place (the version we replaced is followed by another's), or
+  nobody can tell (``outcome unknown``).  Never "lost" about a write of ours.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Protocol, TypeVar, Union
+
+from .clock import StoreClock
+
+log = logging.getLogger("cloudstore")
 
 # --------------------------------------------------------------------------
 # The error vocabulary
@@ -62,10 +71,12 @@ class Transient(StoreError):
 
 
 class StoreUnavailable(StoreError):
-    """The store kept failing past the retry budget.
+    """The store kept failing past the retry budget, or a write's fate cannot be known.
 
-    ``outcome_unknown`` is True when the failed operation was a write that may
+    ``outcome_unknown`` is True when the failed request was a write that may
     have landed anyway; callers must then never claim it certainly failed.
+    (Whether a whole *operation* changed anything also depends on the writes
+    it made before: see ``RetryingStore.writes_sent``.)
     """
 
     def __init__(self, message: str, outcome_unknown: bool) -> None:
@@ -74,27 +85,24 @@ class StoreUnavailable(StoreError):
 
 
 # --------------------------------------------------------------------------
-# Put modes
+# Lineage: what each stored body remembers of the writes before it
+#
+# A body's header names its own nonce and the tags (first 16 hex digits of
+# the nonces) of the writes it replaced, newest first, up to ``HISTORY`` of
+# them, ending with ``CREATED`` when the chain reaches the write that created
+# the object, or ``UNKNOWN`` when a write did not know what it replaced
+# (``Overwrite``, bodies of the older format).  A chain cut at ``HISTORY``
+# entries ends with neither: what came before is unknown.
+
+HISTORY = 16
+CREATED = "0"
+UNKNOWN = "?"
+_TAG_LEN = 16
 
 
-@dataclass(frozen=True)
-class Create:
-    """Write only if nothing is at the key."""
-
-
-@dataclass(frozen=True)
-class Update:
-    """Write only if the object is still at ``version``."""
-
-    version: str
-
-
-@dataclass(frozen=True)
-class Overwrite:
-    """Write unconditionally."""
-
-
-PutMode = Union[Create, Update, Overwrite]
+def tag(nonce: str) -> str:
+    """The short form of a nonce kept in later bodies' lineage (64 bits: no collisions in practice)."""
+    return nonce[:_TAG_LEN]
 
 
 # --------------------------------------------------------------------------
@@ -103,11 +111,16 @@ PutMode = Union[Create, Update, Overwrite]
 
 @dataclass(frozen=True)
 class Object:
-    """An object read back: its payload (frame stripped), version and nonce."""
+    """An object read back: its payload (frame stripped), version, nonce and lineage.
+
+    ``version`` is None for a write of ours that landed but had already been
+    replaced by another machine's by the time our retry learnt it landed.
+    """
 
     data: bytes
-    version: str
+    version: Optional[str]
     nonce: str
+    history: tuple[str, ...] = (UNKNOWN,)
 
 
 @dataclass(frozen=True)
@@ -121,31 +134,123 @@ class Listed:
     key: str
     modified: float
     version: Optional[str] = None
+    size: Optional[int] = None  # of the stored bytes, frame included
+
+
+# --------------------------------------------------------------------------
+# Put modes
+
+
+@dataclass(frozen=True)
+class Create:
+    """Write only if nothing is at the key."""
+
+    @property
+    def lineage(self) -> tuple[str, ...]:
+        return (CREATED,)
+
+
+@dataclass(frozen=True)
+class Update:
+    """Write only if the object is still at ``version``.
+
+    ``lineage`` is the chain of the object being replaced, its own tag first.
+    Build it with ``Update.of(obj)`` from the object read, so the new body
+    carries the chain on and a retry can tell whether its write landed.
+    """
+
+    version: str
+    lineage: tuple[str, ...] = (UNKNOWN,)
+
+    @classmethod
+    def of(cls, obj: Object) -> "Update":
+        if obj.version is None:
+            raise ValueError("an object whose version is unknown cannot be updated conditionally")
+        return cls(obj.version, (tag(obj.nonce),) + obj.history)
+
+
+@dataclass(frozen=True)
+class Overwrite:
+    """Write unconditionally."""
+
+    @property
+    def lineage(self) -> tuple[str, ...]:
+        return (UNKNOWN,)
+
+
+PutMode = Union[Create, Update, Overwrite]
 
 
 # --------------------------------------------------------------------------
 # Framing
 
-_MAGIC = b"cs1 "
+_MAGIC = b"cs2 "
+_OLD_MAGIC = b"cs1 "
 _NONCE_LEN = 32
+#: Enough bytes of a body to hold its whole frame header, lineage included.
+FRAME_MAX = len(_MAGIC) + _NONCE_LEN + 1 + HISTORY * (_TAG_LEN + 1) + 1
+
+
+def entropy(size: int) -> bytes:
+    """Random bytes for nonces and marks; the one source, so a simulation can seed it."""
+    return os.urandom(size)
 
 
 def new_nonce() -> str:
     """128 random bits as hex: unique for every write on every machine."""
-    return os.urandom(16).hex()
+    return entropy(16).hex()
 
 
-def frame(nonce: str, payload: bytes) -> bytes:
-    """The bytes a backend stores: a header with the nonce, then the payload."""
-    return _MAGIC + nonce.encode("ascii") + b"\n" + payload
+def frame(nonce: str, payload: bytes, lineage: tuple[str, ...] = (UNKNOWN,)) -> bytes:
+    """The bytes a backend stores: a header with the nonce and lineage, then the payload."""
+    chain = ",".join(lineage[:HISTORY]).encode("ascii")
+    return _MAGIC + nonce.encode("ascii") + b" " + chain + b"\n" + payload
 
 
-def unframe(raw: bytes) -> tuple[str, bytes]:
-    """Split stored bytes into (nonce, payload); foreign bytes get nonce ''."""
+def unframe(raw: bytes) -> tuple[str, tuple[str, ...], bytes]:
+    """Split stored bytes into (nonce, lineage, payload); foreign bytes get nonce ''."""
     head = len(_MAGIC) + _NONCE_LEN
-    if raw.startswith(_MAGIC) and len(raw) > head and raw[head : head + 1] == b"\n":
-        return raw[len(_MAGIC) : head].decode("ascii"), raw[head + 1 :]
-    return "", raw
+    if raw.startswith(_MAGIC) and raw[head : head + 1] == b" ":
+        end = raw.find(b"\n", head)
+        if end > 0:
+            chain = raw[head + 1 : end].decode("ascii")
+            return raw[len(_MAGIC) : head].decode("ascii"), tuple(chain.split(",")) if chain else (), raw[end + 1 :]
+    if raw.startswith(_OLD_MAGIC) and raw[head : head + 1] == b"\n":
+        return raw[len(_MAGIC) : head].decode("ascii"), (UNKNOWN,), raw[head + 1 :]
+    return "", (UNKNOWN,), raw
+
+
+def frame_nonce(raw: bytes) -> str:
+    """The nonce of stored bytes (the local backend's version token)."""
+    return unframe(raw)[0]
+
+
+def own_write_fate(nonce: str, mode: PutMode, current: Optional[bytes]) -> Optional[bool]:
+    """After a write that may have landed failed its precondition on retry: was it ours?
+
+    True when the object, or a write after it, carries our nonce in its
+    lineage (it landed, and may have been replaced since); False when the
+    lineage shows another write took the place ours wanted (the version we
+    replaced is followed by another's, or the chain back to the object's
+    creation holds no write of ours); None when nobody can tell (the object
+    is gone, or too many writes came since): the caller says ``outcome unknown``.
+
+    A key deleted and created again meanwhile starts a fresh chain; the
+    drivers delete only keys whose writers cannot be in that position
+    (events of a removed epoch, emptied job records: see the README).
+    """
+    if current is None:
+        return None
+    current_nonce, history, _ = unframe(current)
+    chain = (tag(current_nonce),) + history
+    if tag(nonce) in chain:
+        return True
+    if isinstance(mode, Update):
+        replaced = mode.lineage[0]
+        return False if replaced != UNKNOWN and replaced in chain[1:] else None
+    if isinstance(mode, Create):
+        return False if chain[-1] == CREATED else None
+    return None
 
 
 # --------------------------------------------------------------------------
@@ -160,8 +265,8 @@ class Backend(Protocol):
     ``version`` is an opaque token: GCS generation, S3 ETag, local nonce.
     """
 
-    def get(self, key: str) -> Optional[tuple[bytes, str]]:
-        """(raw bytes, version) or None when absent."""
+    def get(self, key: str, head: Optional[int] = None) -> Optional[tuple[bytes, str]]:
+        """(raw bytes, version) or None when absent; only the first ``head`` bytes when given."""
         ...
 
     def put(self, key: str, raw: bytes, mode: PutMode) -> str:
@@ -201,30 +306,54 @@ class RetryingStore:
     """The store the drivers use: framing, retries and own-write detection.
 
     Retries use tenacity with exponential backoff and jitter, bounded by
-    attempts and a deadline.  A conditional write whose first try may have
-    landed (a ``Transient`` after the request was sent) and whose retry then
-    fails with ``AlreadyExists`` / ``PreconditionFailed`` reads the object:
-    if its nonce is ours, the write was ours and succeeded.
+    attempts and a deadline.  A conditional write that may have landed (a
+    ``Transient`` after it was sent) and whose retry then fails its
+    precondition reads the object and judges by its lineage
+    (``own_write_fate``): ours, certainly another's, or ``outcome unknown``.
+
+    ``requests`` counts every backend request; ``writes`` every write that
+    landed or may have (all but those the store refused: precondition
+    failed, already exists, not found), so that an operation that fails can
+    tell whether it may have changed something: any write since it began.
     """
 
-    def __init__(self, backend: Backend, policy: RetryPolicy = RetryPolicy()) -> None:
+    def __init__(self, backend: Backend, policy: RetryPolicy = RetryPolicy(), die_at: Optional[int] = None) -> None:
         self.backend = backend
         self.policy = policy
-        self.requests = 0  # every backend request made, for benchmarks and logs
+        #: The store's time as this process knows it (backends without one: the local clock).
+        self.clock: StoreClock = getattr(backend, "clock", None) or StoreClock()
+        self.die_at = die_at  # tests only: the process kills itself before this request (see failpoint)
+        self.requests = 0
+        self.writes = 0
         self._count_lock = threading.Lock()
 
     # -- plumbing
+
+    def _request(self, fn: Callable[[], T], is_write: bool = False) -> T:
+        """One backend request, counted; a write not refused by the store counts as a change."""
+        with self._count_lock:
+            self.requests += 1
+            if self.requests == self.die_at:
+                failpoint()
+        try:
+            result = fn()
+        except (AlreadyExists, PreconditionFailed, NotFound):
+            raise  # refused by the store: nothing changed
+        except BaseException:
+            self._changed(is_write)  # it may have landed
+            raise
+        self._changed(is_write)
+        return result
+
+    def _changed(self, is_write: bool) -> None:
+        if is_write:
+            with self._count_lock:
+                self.writes += 1
 
     def _retry(self, fn: Callable[[], T], is_write: bool, what: str) -> T:
         import tenacity  # lazily: keeps `contract` free of the import
 
         policy = self.policy
-
-        def count_and_call() -> T:
-            with self._count_lock:
-                self.requests += 1
-            return fn()
-
         retrying = tenacity.Retrying(
             retry=tenacity.retry_if_exception_type(Transient),
             stop=tenacity.stop_after_attempt(policy.attempts) | tenacity.stop_after_delay(policy.deadline),
@@ -232,56 +361,71 @@ class RetryingStore:
             reraise=True,
         )
         try:
-            return retrying(count_and_call)
+            return retrying(fn)
         except Transient as exc:
-            state = "outcome unknown" if is_write else "nothing was changed"
-            raise StoreUnavailable(f"store unavailable after retries ({what}): {exc}; {state}", is_write) from exc
+            log.debug("gave up on %s: %r", what, exc.__cause__ or exc)
+            state = "; outcome unknown" if is_write else ""
+            raise StoreUnavailable(f"the store kept failing ({what}: {exc}){state}", is_write) from exc
 
     # -- reads
 
-    def get(self, key: str) -> Optional[Object]:
-        """The object at ``key``, or None."""
-        got = self._retry(lambda: self.backend.get(key), False, f"get {key}")
+    def get(self, key: str, head: Optional[int] = None) -> Optional[Object]:
+        """The object at ``key``, or None; only the first ``head`` bytes of its payload when given."""
+        raw_head = None if head is None else head + FRAME_MAX
+        def fetch() -> Optional[tuple[bytes, str]]:
+            return self.backend.get(key) if raw_head is None else self.backend.get(key, raw_head)
+
+        got = self._retry(lambda: self._request(fetch), False, "get")
         if got is None:
             return None
         raw, version = got
-        nonce, payload = unframe(raw)
-        return Object(payload, version, nonce)
+        nonce, history, payload = unframe(raw)
+        return Object(payload, version, nonce, history)
 
     def list(self, prefix: str, start_after: Optional[str] = None, limit: Optional[int] = None) -> list[Listed]:
         """Keys under ``prefix`` after ``start_after`` in byte order, at most ``limit``."""
         return self._retry(
-            lambda: list(self.backend.list(prefix, start_after, limit)), False, f"list {prefix}"
+            lambda: self._request(lambda: list(self.backend.list(prefix, start_after, limit))), False, "list"
         )
 
     def list_dirs(self, prefix: str) -> list[str]:
         """Distinct next path parts below ``prefix``, sorted."""
-        return self._retry(lambda: self.backend.list_dirs(prefix), False, f"list {prefix}")
+        return self._retry(lambda: self._request(lambda: self.backend.list_dirs(prefix)), False, "list")
 
     # -- writes
 
     def put(self, key: str, payload: bytes, mode: PutMode) -> Object:
         """Write ``payload`` under ``mode``; the object as written.
 
-        Raises AlreadyExists / PreconditionFailed only when another writer won.
+        Raises AlreadyExists / PreconditionFailed only when another writer
+        certainly won; StoreUnavailable (outcome unknown) when a write that
+        may have landed cannot be told apart from another's.
         """
         nonce = new_nonce()
-        raw = frame(nonce, payload)
-        tried = [0]
+        history = mode.lineage[:HISTORY]
+        raw = frame(nonce, payload, history)
+        maybe_landed = [False]
 
-        def attempt() -> str:
-            tried[0] += 1
+        def attempt() -> Optional[str]:
             try:
-                return self.backend.put(key, raw, mode)
-            except (AlreadyExists, PreconditionFailed):
-                if tried[0] > 1:
-                    mine = self.backend.get(key)
-                    if mine is not None and unframe(mine[0])[0] == nonce:
-                        return mine[1]
+                return self._request(lambda: self.backend.put(key, raw, mode), is_write=True)
+            except Transient:
+                maybe_landed[0] = True
                 raise
+            except (AlreadyExists, PreconditionFailed):
+                if not maybe_landed[0]:
+                    raise
+                current = self._request(lambda: self.backend.get(key))
+                fate = own_write_fate(nonce, mode, None if current is None else current[0])
+                if fate is None:
+                    raise StoreUnavailable("a write whose reply was lost met another write: outcome unknown", True)
+                if not fate:
+                    raise
+                assert current is not None
+                return current[1] if frame_nonce(current[0]) == nonce else None
 
-        version = self._retry(attempt, True, f"put {key}")
-        return Object(payload, version, nonce)
+        version = self._retry(attempt, True, "put")
+        return Object(payload, version, nonce, history)
 
     def delete(self, key: str, version: Optional[str] = None) -> bool:
         """Remove ``key`` (only at ``version`` when given); whether it was there.
@@ -289,17 +433,30 @@ class RetryingStore:
         A retry that finds the object gone after a failed first try counts as
         ours: deletion is idempotent.
         """
-        tried = [0]
+        maybe_landed = [False]
 
         def attempt() -> bool:
-            tried[0] += 1
             try:
-                self.backend.delete(key, version)
+                self._request(lambda: self.backend.delete(key, version), is_write=True)
                 return True
+            except Transient:
+                maybe_landed[0] = True
+                raise
             except NotFound:
-                return tried[0] > 1
+                return maybe_landed[0]
 
-        return self._retry(attempt, True, f"delete {key}")
+        return self._retry(attempt, True, "delete")
+
+
+#: The environment variable tests set to kill a driver before its Nth store request.
+FAILPOINT = "LNK_STORE_FAILPOINT"
+
+
+def failpoint() -> None:
+    """Die at once, as a machine losing power would: no reply, no cleanup, no flush."""
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def backoff_sleep(attempt: int, base: float = 0.002, cap: float = 0.1) -> None:

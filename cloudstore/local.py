@@ -13,20 +13,24 @@ chunks, each but the last ending with ``+`` (also never in a part).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
+import time
 import zlib
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
-from .generations import AlreadyExists, Listed, NotFound, PreconditionFailed, PutMode, Create, Update, unframe
+from .clock import StoreClock
+from .generations import AlreadyExists, FRAME_MAX, Create, Listed, NotFound, PreconditionFailed, PutMode, Update, frame_nonce
 
 _PART = re.compile(r"^[A-Za-z0-9_.~%-]+$")
 _CHUNK = 200
 _STRIPES = 64
 _OBJ = "="
-_HEAD = 4 + 32 + 1  # the frame's magic, nonce and newline: enough to know the version
+# File timestamps come from the kernel's coarse clock: a tick (up to 10 ms) behind.
+_MTIME_RESOLUTION = 0.01
 
 
 def _check_part(part: str) -> None:
@@ -37,16 +41,62 @@ def _check_part(part: str) -> None:
 def _part_to_names(part: str) -> list[str]:
     _check_part(part)
     chunks = [part[i : i + _CHUNK] for i in range(0, len(part), _CHUNK)]
-    return [c + "+" for c in chunks[:-1]] + [chunks[-1]]
+    # A last chunk of "." or ".." would name this folder or its parent: written as
+    # "%2E" ("%" stands in key parts only as "%25" and "%XX" escapes, never before
+    # "2E", since percent-encoding leaves "." as it is), so no two keys meet.
+    last = chunks[-1].replace(".", "%2E") if chunks[-1] in (".", "..") else chunks[-1]
+    return [c + "+" for c in chunks[:-1]] + [last]
+
+
+def _unescape_chunk(name: str) -> str:
+    return name.replace("%2E", ".") if name in ("%2E", "%2E%2E") else name
+
+
+_NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
 class LocalBackend:
     """Objects as files below ``root``; see the module docstring."""
 
     def __init__(self, root: str) -> None:
-        self.root = os.path.abspath(root)
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        self.root = os.path.realpath(root)
         self.locks = os.path.join(self.root, _OBJ + "locks")
-        os.makedirs(self.locks, exist_ok=True)
+        self._makedirs(self.locks)
+        self.clock = StoreClock(probe=self._probe_clock)
+
+    def _makedirs(self, folder: str) -> None:
+        """Make ``folder`` and any missing parent below the root, each 0700: only its owner reads a store."""
+        if os.path.isdir(folder):
+            return
+        self._makedirs(os.path.dirname(folder))
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+
+    def _inside(self, path: str) -> str:
+        """``path`` itself, refused if any folder on the way from the root is a link: links are never followed."""
+        folder = os.path.dirname(path)
+        if os.path.realpath(folder) != folder:
+            raise ValueError("a folder of the store is a symbolic link; it is not followed")
+        return path
+
+    def _write_file(self, path: str, raw: bytes) -> None:
+        """Write ``raw`` to a new file (0600, never through a link), durably; its kernel timestamp tells the store's time."""
+        sent = time.time()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+        with open(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+            written = os.fstat(f.fileno()).st_mtime_ns / 1e9
+        self.clock.observe(sent, time.time(), written, _MTIME_RESOLUTION)
+
+    def _probe_clock(self) -> None:
+        probe = os.path.join(self.locks, f"clock.{os.getpid()}.{time.monotonic_ns()}")
+        self._write_file(probe, b"")
+        os.remove(probe)
 
     # -- paths
 
@@ -60,47 +110,46 @@ class LocalBackend:
     @contextmanager
     def _locked(self, key: str) -> Iterator[None]:
         stripe = zlib.crc32(key.encode()) % _STRIPES
-        fd = os.open(os.path.join(self.locks, str(stripe)), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(os.path.join(self.locks, str(stripe)), os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
         finally:
             os.close(fd)
 
-    @staticmethod
-    def _read(path: str) -> Optional[bytes]:
+    def _read(self, path: str, head: Optional[int] = None) -> Optional[bytes]:
         try:
-            with open(path, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
-        except NotADirectoryError:
-            return None
+            with open(os.open(self._inside(path), os.O_RDONLY | _NOFOLLOW), "rb") as f:
+                return f.read() if head is None else f.read(head)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ValueError("an object of the store is a symbolic link; it is not followed") from exc
+            if isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+                return None
+            raise
 
     # -- the Backend interface
 
-    def get(self, key: str) -> Optional[tuple[bytes, str]]:
-        raw = self._read(self._path(key))
+    def get(self, key: str, head: Optional[int] = None) -> Optional[tuple[bytes, str]]:
+        raw = self._read(self._path(key), head)
         if raw is None:
             return None
-        return raw, unframe(raw)[0]
+        return raw, frame_nonce(raw)
 
     def put(self, key: str, raw: bytes, mode: PutMode) -> str:
         path = self._path(key)
-        nonce = unframe(raw)[0]
+        nonce = frame_nonce(raw)
         with self._locked(key):
             if isinstance(mode, (Create, Update)):
                 current = self._read(path)
                 if isinstance(mode, Create) and current is not None:
                     raise AlreadyExists(key)
-                if isinstance(mode, Update) and (current is None or unframe(current)[0] != mode.version):
+                if isinstance(mode, Update) and (current is None or frame_nonce(current) != mode.version):
                     raise PreconditionFailed(key)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._makedirs(os.path.dirname(path))
+            self._inside(path)
             tmp = f"{path}.{nonce}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(raw)
-                f.flush()
-                os.fsync(f.fileno())
+            self._write_file(tmp, raw)
             os.replace(tmp, path)
         return nonce
 
@@ -110,7 +159,7 @@ class LocalBackend:
             current = self._read(path)
             if current is None:
                 raise NotFound(key)
-            if version is not None and unframe(current)[0] != version:
+            if version is not None and frame_nonce(current) != version:
                 raise PreconditionFailed(key)
             os.remove(path)
 
@@ -126,9 +175,9 @@ class LocalBackend:
                 if name.startswith(_OBJ):
                     continue
                 joiner = "" if name.endswith("+") else "/"
-                yield from self._walk(entry.path, key_prefix + name.rstrip("+") + joiner)
-            elif name.endswith(_OBJ):
-                yield key_prefix + name[: -len(_OBJ)], entry.path
+                yield from self._walk(entry.path, key_prefix + _unescape_chunk(name.rstrip("+")) + joiner)
+            elif name.endswith(_OBJ) and entry.is_file(follow_symlinks=False):
+                yield key_prefix + _unescape_chunk(name[: -len(_OBJ)]), entry.path
 
     def list(self, prefix: str, start_after: Optional[str], limit: Optional[int]) -> Iterator[Listed]:
         whole_parts = prefix.split("/")[:-1]
@@ -145,12 +194,12 @@ class LocalBackend:
             found = found[:limit]
         for key, path in found:
             try:
-                with open(path, "rb") as f:
-                    modified = os.fstat(f.fileno()).st_mtime
-                    head = f.read(_HEAD)
-            except FileNotFoundError:
+                with open(os.open(path, os.O_RDONLY | _NOFOLLOW), "rb") as f:
+                    stat = os.fstat(f.fileno())
+                    head = f.read(FRAME_MAX)
+            except (FileNotFoundError, OSError):
                 continue
-            yield Listed(key, modified, unframe(head)[0] or None)
+            yield Listed(key, stat.st_mtime, frame_nonce(head) or None, stat.st_size)
 
     def list_dirs(self, prefix: str) -> list[str]:
         parts = {item.key[len(prefix) :].split("/", 1)[0] for item in self.list(prefix, None, None)}

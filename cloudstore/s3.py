@@ -9,22 +9,68 @@ one key overlap: that is treated as transient, and the retry then meets the
 winner and answers AlreadyExists / PreconditionFailed (or, if the winner was
 our own first attempt, success, by the nonce).
 
-botocore's own retries are switched off (one attempt) so that every retry
-goes through ``RetryingStore``, which knows its own writes.  boto3 finds
-the endpoint in ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` and the
-credentials by its usual chain.
+botocore's own retries are switched off so that every retry goes through
+``RetryingStore``, which knows its own writes: ``total_max_attempts`` counts
+*attempts* (1 = the request is sent once; botocore's ``max_attempts`` in a
+``Config`` counts *retries*, so ``max_attempts: 1`` meant two sends, and a
+conditional PUT whose reply was lost was re-sent by botocore, met its own
+first attempt as 412, and was answered "already exists").  urllib3 does not
+re-send either: botocore's ``URLLib3Session.send`` passes ``Retry(False)``.
+What botocore's standard retry mode would have retried is ``Transient`` here
+instead (``_classify``).  boto3 finds the endpoint in ``AWS_ENDPOINT_URL_S3``
+/ ``AWS_ENDPOINT_URL`` and the credentials by its usual chain.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterator, Optional
 
+from .clock import StoreClock, probe_by_reading
 from .generations import AlreadyExists, Create, Listed, NotFound, PreconditionFailed, PutMode, Transient, Update
 
+# Error codes retried: botocore's standard retry mode (botocore/retries/standard.py:
+# TransientRetryableChecker._TRANSIENT_ERROR_CODES and ThrottledRetryableChecker.
+# _THROTTLED_ERROR_CODES), plus S3's own transient answers.
 _TRANSIENT_CODES = {
-    "ConditionalRequestConflict", "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout",
-    "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable", "OperationAborted", "503", "500", "502", "504",
+    # botocore: transient
+    "RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete",
+    # botocore: throttled
+    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
+    "TooManyRequestsException", "ProvisionedThroughputExceededException", "TransactionInProgressException",
+    "RequestLimitExceeded", "BandwidthLimitExceeded", "LimitExceededException", "RequestThrottled", "SlowDown",
+    "EC2ThrottledException",
+    # S3: overlapping conditional writes, internal errors, and the like
+    "ConditionalRequestConflict", "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable",
+    "OperationAborted", "500", "502", "503", "504",
 }
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Failures of the connection or of reading a reply: worth another try.
+
+    botocore's standard mode retries ``ConnectionError`` and ``HTTPClientError``
+    (``TransientRetryableChecker._TRANSIENT_EXCEPTION_CLS``), which cover
+    connect / read timeouts, a connection closed before the reply, and
+    ``ResponseStreamingError`` (urllib3's ``ProtocolError`` while a body is
+    read).  A body cut short with no error from the socket is botocore's
+    ``IncompleteReadError`` (``StreamingBody._verify_content_length``; botocore
+    sends with ``enforce_content_length=False``), which no retry mode sees since
+    the body is read after the call returned.  Raw urllib3 / http.client errors
+    and the builtin connection errors are there in case one escapes botocore's
+    wrapping.
+    """
+    import http.client
+
+    import urllib3.exceptions as u3
+    from botocore import exceptions as bexc
+
+    return (
+        bexc.ConnectionError, bexc.HTTPClientError, bexc.IncompleteReadError,
+        u3.ProtocolError, u3.TimeoutError, u3.PoolError, u3.SSLError,
+        http.client.IncompleteRead, http.client.BadStatusLine, http.client.ResponseNotReady,
+        ConnectionError, TimeoutError,
+    )
 
 
 def _classify(exc: Exception, creating: bool = False, updating: bool = False) -> Exception:
@@ -42,12 +88,19 @@ def _classify(exc: Exception, creating: bool = False, updating: bool = False) ->
         if code in _TRANSIENT_CODES or status == 409 or status == 429 or status >= 500:
             return Transient(f"{status} {code}")
         return exc
-    if isinstance(exc, (bexc.EndpointConnectionError, bexc.ConnectionClosedError, bexc.ReadTimeoutError,
-                        bexc.ConnectTimeoutError, bexc.ConnectionError, bexc.HTTPClientError)):
-        return Transient(str(exc))
-    if isinstance(exc, (ConnectionError, TimeoutError)):
-        return Transient(str(exc))
+    if isinstance(exc, _transport_errors()):
+        return Transient(type(exc).__name__)  # its text may hold the endpoint: logged, not replied
     return exc
+
+
+def _unsatisfiable_range(exc: Exception) -> bool:
+    """S3's answer to any range on a zero-length object (416 ``InvalidRange``)."""
+    from botocore import exceptions as bexc
+
+    if not isinstance(exc, bexc.ClientError):
+        return False
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return status == 416 or exc.response.get("Error", {}).get("Code") == "InvalidRange"
 
 
 class S3Backend:
@@ -58,19 +111,45 @@ class S3Backend:
         from botocore.config import Config
 
         config = Config(
-            retries={"max_attempts": 1, "mode": "standard"},
+            retries={"total_max_attempts": 1, "mode": "standard"},
             connect_timeout=5,
             read_timeout=timeout,
             max_pool_connections=32,
         )
         self.client: Any = boto3.session.Session().client("s3", config=config)
         self.bucket = bucket
+        self.clock = StoreClock(probe=probe_by_reading(self.get))
+        # Every reply's Date header tells the store's time (see clock.py).
+        self.client.meta.events.register("before-call.s3", self._sent)
+        self.client.meta.events.register("after-call.s3", self._received)
 
-    def get(self, key: str) -> Optional[tuple[bytes, str]]:
+    @staticmethod
+    def _sent(context: dict, **_: Any) -> None:
+        context["cloudstore_sent"] = time.time()
+
+    def _received(self, http_response: Any, context: dict, **_: Any) -> None:
+        sent = context.get("cloudstore_sent")
+        if sent is not None and http_response is not None:
+            self.clock.observe_http_date(sent, time.time(), http_response.headers.get("Date"))
+
+    def get(self, key: str, head: Optional[int] = None) -> Optional[tuple[bytes, str]]:
+        """(bytes, ETag), or None when absent; with ``head``, only the first ``head`` bytes.
+
+        The ETag is the whole object's, also for a range.  The body is read
+        inside the classified block: a reply cut short is ``Transient``.
+        """
+        args: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
+        if head is not None:
+            if head < 1:
+                raise ValueError(f"head must be at least 1, not {head}")
+            args["Range"] = f"bytes=0-{head - 1}"
         try:
-            got = self.client.get_object(Bucket=self.bucket, Key=key)
-            return got["Body"].read(), got["ETag"]
+            got = self.client.get_object(**args)
+            return got["Body"].read(), str(got["ETag"])
         except Exception as exc:  # noqa: BLE001
+            if head is not None and _unsatisfiable_range(exc):
+                whole = self.get(key)  # a zero-length object (or gone since): ask without a range
+                return None if whole is None else (whole[0][:head], whole[1])
             mapped = _classify(exc)
             if isinstance(mapped, NotFound):
                 return None
@@ -122,7 +201,7 @@ class S3Backend:
                 if limit is not None and got >= limit:
                     return
                 got += 1
-                yield Listed(item["Key"], item["LastModified"].timestamp(), item.get("ETag"))
+                yield Listed(item["Key"], item["LastModified"].timestamp(), item.get("ETag"), item.get("Size"))
 
     def list_dirs(self, prefix: str) -> list[str]:
         parts: set[str] = set()

@@ -10,16 +10,13 @@ which answers for the whole store, sees that test's jobs only.
 from __future__ import annotations
 
 import os
-import uuid
-from dataclasses import dataclass
 from typing import Iterator
 
 import pytest
 
 from cloudstore.emulators import Emulator, start_fake_gcs, start_moto
-from support import Session, fresh_agent, serving
+from support import BACKENDS, Session, StoreUnderTest, fresh_agent, make_store, serving
 
-BACKENDS = ("file", "moto", "gcs")
 
 
 @pytest.fixture(scope="session")
@@ -34,31 +31,6 @@ def gcs_server() -> Iterator[Emulator]:
     em = start_fake_gcs()
     yield em
     em.stop()
-
-
-@dataclass(frozen=True)
-class StoreUnderTest:
-    """One fresh location: which driver program, and the environment for it."""
-
-    backend: str
-    program: str
-    env: dict[str, str]
-    url: str
-
-
-def make_store(backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> StoreUnderTest:
-    tag = uuid.uuid4().hex[:12]
-    if backend == "file":
-        folder = tmp_path_factory.mktemp("bucket")
-        url = f"file://{folder}"
-        return StoreUnderTest("file", "lnk-bucket-store", {"LNK_BUCKET_URL": url}, url)
-    if backend == "moto":
-        em = request.getfixturevalue("moto_server")
-        url = f"s3://{em.bucket}/{tag}"
-        return StoreUnderTest("moto", "lnk-bucket-store", {**em.env, "LNK_BUCKET_URL": url}, url)
-    em = request.getfixturevalue("gcs_server")
-    url = f"gs://{em.bucket}/{tag}"
-    return StoreUnderTest("gcs", "lnk-gcs", {**em.env, "LNK_GCS_URL": url}, url)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from functools import partial
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
 from cloudstore.client import ServeProcess
 from cloudstore.racing import at_once
+import pytest
+
 from cloudstore.settings import Location, parse_location
 
 Json = Any
+
+#: The three backends every store test runs on.
+BACKENDS = ("file", "moto", "gcs")
 
 
 def fresh_agent(owner: Optional[str] = "o") -> dict:
@@ -66,3 +72,28 @@ def service_of(store: Any) -> Any:
 
     loc = location_of(store)
     return Service(Space(open_store(loc), loc.prefix))
+
+
+@dataclass(frozen=True)
+class StoreUnderTest:
+    """One fresh location: which driver program, and the environment for it."""
+
+    backend: str
+    program: str
+    env: dict[str, str]
+    url: str
+
+
+def make_store(backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> StoreUnderTest:
+    tag = uuid.uuid4().hex[:12]
+    if backend == "file":
+        folder = tmp_path_factory.mktemp("bucket")
+        url = f"file://{folder}"
+        return StoreUnderTest("file", "lnk-bucket-store", {"LNK_BUCKET_URL": url}, url)
+    if backend == "moto":
+        em = request.getfixturevalue("moto_server")
+        url = f"s3://{em.bucket}/{tag}"
+        return StoreUnderTest("moto", "lnk-bucket-store", {**em.env, "LNK_BUCKET_URL": url}, url)
+    em = request.getfixturevalue("gcs_server")
+    url = f"gs://{em.bucket}/{tag}"
+    return StoreUnderTest("gcs", "lnk-gcs", {**em.env, "LNK_GCS_URL": url}, url)

@@ -1,0 +1,481 @@
+"""A small HTTP/1.1 reverse proxy in front of an emulator, for the real SDKs' faults.
+
+``FaultProxy`` listens on a free loopback port and forwards every request to
+one upstream (moto's S3 server, fake-gcs-server), each on a connection of its
+own, reading the whole reply before answering.  Rules decide, request by
+request, what the client gets instead; they are matched by method, a regex
+on the path and query, and the nth match, so a test says exactly which
+request fails and how, and a run replays the same way every time:
+
+* ``lose_reply`` - forward, let the store apply it, then close the client's
+  connection without answering (the write landed; the client cannot know).
+* ``fail``       - answer a status (503, 500, 429, ...) without forwarding, with
+  an S3-style XML or GCS-style JSON error body (``flavor``) or a bare one.
+* ``reset``      - reset the client's connection before forwarding.
+* ``truncate``   - forward, then send the status line, the headers and only
+  ``keep`` bytes of the body (half by default), and close.
+* ``delay``      - hold the request ``before`` seconds before forwarding and / or
+  the reply ``after`` seconds before sending it.
+
+A rule may also match a regex in the request body (``content``: a GCS
+upload names its object in its body, not its URL).  Each rule fires
+``times`` times (once by default), from its ``nth`` match on;
+the first rule that fires for a request wins, and every rule counts every
+request it matches.  Every request is recorded (``Seen``: method, target,
+status the client got, status the store answered, time, action), so a test
+can assert how many requests reached the store (and how many body bytes
+each reply carried, ``sent``).  ``latency`` adds a fixed
+delay to every request (half on the way in, half on the way out), for
+round-trip figures closer to a real bucket's.
+
+The SDKs reach it through their usual settings: ``proxy.redirect(env)``
+replaces the upstream URL by the proxy's in an emulator's environment
+(``AWS_ENDPOINT_URL_S3``, ``STORAGE_EMULATOR_HOST``).  Absolute URLs the
+upstream puts in ``Location`` headers and JSON bodies (fake-gcs-server's
+``selfLink`` / ``mediaLink`` name its own address, whatever the ``Host``) are
+rewritten to the proxy's, so a client that follows one stays behind it.
+
+    with FaultProxy(emulator.env["AWS_ENDPOINT_URL_S3"], flavor="s3") as proxy:
+        proxy.add(Rule("lose_reply", method="PUT", path=r"/bucket/key$"))
+        env = proxy.redirect(emulator.env)
+        ...
+        assert proxy.count("PUT", r"/bucket/key$") == 2
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import re
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+from urllib.parse import urlsplit
+
+ACTIONS = ("lose_reply", "fail", "reset", "truncate", "delay")
+CONTENT_KEPT = 4096  # bytes of each request body kept in its record (a GCS upload's metadata comes first)
+
+# Headers that describe one connection, not the message: never forwarded as they are.
+_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade",
+        "content-length", "expect"}
+
+_REASONS = {408: "RequestTimeout", 429: "SlowDown", 500: "InternalError", 502: "BadGateway",
+            503: "ServiceUnavailable", 504: "GatewayTimeout"}
+_GCS_REASONS = {429: "rateLimitExceeded", 500: "backendError", 502: "backendError", 503: "backendError",
+                504: "backendError", 408: "requestTimeout"}
+
+
+@dataclass
+class Rule:
+    """What to do with the ``nth`` .. ``nth + times - 1``-th requests that match."""
+
+    action: str
+    method: Optional[str] = None  # e.g. "PUT"; None matches every method
+    path: Optional[str] = None  # a regex searched in the path and query; None matches every one
+    nth: int = 1
+    times: int = 1
+    content: Optional[bytes] = None  # a regex searched in the request body (a GCS upload names its object there)
+    status: int = 503  # fail
+    reply_body: Optional[bytes] = None  # fail: this body instead of the flavor's error body
+    keep: Optional[int] = None  # truncate: body bytes sent (half the body by default)
+    before: float = 0.0  # delay: seconds held before forwarding
+    after: float = 0.0  # delay: seconds held before the reply is sent
+    matched: int = 0  # requests matched so far
+    fired: int = 0  # times it fired so far
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(f"unknown action {self.action!r}; one of {ACTIONS}")
+        if self.nth < 1 or self.times < 1:
+            raise ValueError("nth and times count from 1")
+        for pattern in (self.path, self.content):
+            if pattern is not None:
+                re.compile(pattern)  # a bad regex fails here, not in the proxy's thread
+
+    def matches(self, method: str, target: str, body: bytes) -> bool:
+        return selects(self.method, self.path, self.content, method, target, body)
+
+
+def selects(method: Optional[str], path: Optional[str], content: Optional[bytes],
+            seen_method: str, target: str, body: bytes) -> bool:
+    """Whether a request (method, path and query, body) is one that the matcher selects."""
+    return ((method is None or method == seen_method)
+            and (path is None or re.search(path, target) is not None)
+            and (content is None or re.search(content, body) is not None))
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request that reached the proxy, and what became of it."""
+
+    method: str
+    target: str  # path and query, as sent
+    status: Optional[int]  # what the client got; None when it got no reply
+    upstream: Optional[int]  # what the store answered; None when not forwarded
+    at: float  # time.monotonic() when the request was read
+    action: Optional[str]  # the rule's action that fired, if any
+    sent: int = 0  # body bytes sent to the client
+    content: bytes = field(default=b"", repr=False)  # the first CONTENT_KEPT bytes of the request body
+
+
+@dataclass
+class _Request:
+    method: str
+    target: str
+    version: str
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> Optional[str]:
+        name = name.lower()
+        return next((v for k, v in self.headers if k.lower() == name), None)
+
+
+@dataclass
+class _Reply:
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    bodiless: bool = False  # a reply to HEAD, or 1xx / 204 / 304: Content-Length passed as is
+
+
+class _Closed(Exception):
+    """The client closed its connection (or sent something unreadable)."""
+
+
+def _read_line(reader, limit: int = 65536) -> bytes:
+    line = reader.readline(limit + 1)
+    if not line:
+        raise _Closed()
+    if len(line) > limit:
+        raise _Closed()
+    return line
+
+
+def _read_request(reader, wfile) -> _Request:
+    line = _read_line(reader)
+    while line in (b"\r\n", b"\n"):  # tolerated between requests
+        line = _read_line(reader)
+    try:
+        method, target, version = line.decode("latin-1").rstrip("\r\n").split(" ", 2)
+    except ValueError:
+        raise _Closed() from None
+    headers: list[tuple[str, str]] = []
+    while True:
+        line = _read_line(reader)
+        if line in (b"\r\n", b"\n"):
+            break
+        name, _, value = line.decode("latin-1").partition(":")
+        headers.append((name.strip(), value.strip()))
+    request = _Request(method, target, version, headers, b"")
+    if (request.header("expect") or "").lower() == "100-continue":
+        wfile.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        wfile.flush()
+    if "chunked" in (request.header("transfer-encoding") or "").lower():
+        parts = []
+        while True:
+            size = int(_read_line(reader).split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while _read_line(reader) not in (b"\r\n", b"\n"):  # trailers, dropped
+                    pass
+                break
+            parts.append(reader.read(size))
+            _read_line(reader)
+        request.body = b"".join(parts)
+    elif request.header("content-length") is not None:
+        size = int(request.header("content-length") or "0")
+        request.body = reader.read(size)
+        if len(request.body) != size:
+            raise _Closed()
+    return request
+
+
+def _status_line(reply: _Reply) -> bytes:
+    return f"HTTP/1.1 {reply.status} {reply.reason}\r\n".encode("latin-1")
+
+
+def _head_bytes(reply: _Reply, close: bool) -> bytes:
+    lines = [_status_line(reply)]
+    for name, value in reply.headers:
+        lines.append(f"{name}: {value}\r\n".encode("latin-1"))
+    if not reply.bodiless:
+        lines.append(f"Content-Length: {len(reply.body)}\r\n".encode("latin-1"))
+    lines.append(b"Connection: close\r\n" if close else b"Connection: keep-alive\r\n")
+    lines.append(b"\r\n")
+    return b"".join(lines)
+
+
+def error_body(flavor: str, status: int) -> tuple[bytes, str]:
+    """An error body as the store would send it: (body, content type)."""
+    if flavor == "s3":
+        code = _REASONS.get(status, f"Error{status}")
+        body = (f'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>{code}</Code>'
+                f"<Message>injected by the test proxy</Message><RequestId>faultproxy</RequestId></Error>")
+        return body.encode(), "application/xml"
+    if flavor == "gcs":
+        reason = _GCS_REASONS.get(status, "error")
+        doc = {"error": {"code": status, "message": "injected by the test proxy",
+                         "errors": [{"message": "injected by the test proxy", "domain": "global", "reason": reason}]}}
+        return json.dumps(doc).encode(), "application/json; charset=UTF-8"
+    return f"injected {status}\n".encode(), "text/plain"
+
+
+@dataclass
+class FaultProxy:
+    """A reverse proxy on 127.0.0.1 in front of ``upstream`` (``http://HOST:PORT``)."""
+
+    upstream: str
+    flavor: str = "bare"  # error bodies of ``fail``: "s3", "gcs" or "bare"
+    latency: float = 0.0  # seconds added to every request
+    upstream_timeout: float = 30.0
+    rewrite: bool = True  # upstream's address in Location headers and JSON bodies -> the proxy's
+    rules: list[Rule] = field(default_factory=list)
+    seen: list[Seen] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.upstream)
+        if parts.scheme != "http" or not parts.hostname or not parts.port:
+            raise ValueError(f"upstream must be http://HOST:PORT, not {self.upstream!r}")
+        self._up_host, self._up_port = parts.hostname, parts.port
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._listener: Optional[socket.socket] = None
+        self._threads: list[threading.Thread] = []
+        self._clients: set[socket.socket] = set()
+        self.port = 0
+        self.connections = 0  # client connections accepted (fewer than requests: keep-alive works)
+
+    # -- life
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "FaultProxy":
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(128)
+        self._listener = listener
+        self.port = listener.getsockname()[1]
+        self._spawn(self._accept_loop, "faultproxy-accept")
+        return self
+
+    def stop(self) -> None:
+        """Stop listening, close every client connection, wait for the handlers."""
+        self._stopping.set()
+        if self._listener is not None:
+            try:
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            self._listener.close()
+        with self._lock:
+            clients = list(self._clients)
+        for sock in clients:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for thread in list(self._threads):
+            thread.join(timeout=self.upstream_timeout + 5)
+
+    def __enter__(self) -> "FaultProxy":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def redirect(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` with every value naming the upstream URL pointed at the proxy instead."""
+        up = self.upstream.rstrip("/")
+        return {k: (self.url if v.rstrip("/") == up else v) for k, v in env.items()}
+
+    # -- rules and records
+
+    def add(self, rule: Rule) -> Rule:
+        with self._lock:
+            self.rules.append(rule)
+        return rule
+
+    def on(self, action: str, method: Optional[str] = None, path: Optional[str] = None, **kw: object) -> Rule:
+        """Shorthand: ``proxy.on("fail", "GET", r"/o/key", status=429)``."""
+        return self.add(Rule(action, method, path, **kw))  # type: ignore[arg-type]
+
+    def requests(self, method: Optional[str] = None, path: Optional[str] = None,
+                 content: Optional[bytes] = None) -> list[Seen]:
+        """The recorded requests, in order; optionally only those a matcher (as a rule's) selects."""
+        with self._lock:
+            seen = list(self.seen)
+        return [s for s in seen if selects(method, path, content, s.method, s.target, s.content)]
+
+    def count(self, method: Optional[str] = None, path: Optional[str] = None,
+              content: Optional[bytes] = None) -> int:
+        return len(self.requests(method, path, content))
+
+    def counts(self) -> dict[str, int]:
+        """Requests by method."""
+        out: dict[str, int] = {}
+        for s in self.requests():
+            out[s.method] = out.get(s.method, 0) + 1
+        return out
+
+    def clear(self) -> None:
+        """Forget the records and the rules (between phases of one test)."""
+        with self._lock:
+            self.seen.clear()
+            self.rules.clear()
+
+    def _choose(self, request: _Request) -> Optional[Rule]:
+        chosen = None
+        with self._lock:
+            for rule in self.rules:
+                if not rule.matches(request.method, request.target, request.body):
+                    continue
+                rule.matched += 1
+                if chosen is None and rule.matched >= rule.nth and rule.fired < rule.times:
+                    rule.fired += 1
+                    chosen = rule
+        return chosen
+
+    def _record(self, request: _Request, at: float, status: Optional[int], upstream: Optional[int],
+                rule: Optional[Rule], sent: int = 0) -> None:
+        with self._lock:
+            self.seen.append(Seen(request.method, request.target, status, upstream, at,
+                                  rule.action if rule else None, sent, request.body[:CONTENT_KEPT]))
+
+    # -- the work
+
+    def _spawn(self, target, name: str, *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
+        thread.start()
+
+    def _accept_loop(self) -> None:
+        assert self._listener is not None
+        while not self._stopping.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                return
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._clients.add(sock)
+                self.connections += 1
+            self._spawn(self._serve, "faultproxy-conn", sock)
+
+    def _hold(self, seconds: float) -> None:
+        if seconds > 0:
+            self._stopping.wait(seconds)
+
+    def _serve(self, sock: socket.socket) -> None:
+        reader = sock.makefile("rb")
+        wfile = sock.makefile("wb")
+        try:
+            while not self._stopping.is_set():
+                try:
+                    request = _read_request(reader, wfile)
+                except (_Closed, OSError, ValueError):
+                    return
+                if not self._answer(sock, wfile, request):
+                    return
+        finally:
+            with self._lock:
+                self._clients.discard(sock)
+            for f in (reader, wfile):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def _answer(self, sock: socket.socket, wfile, request: _Request) -> bool:
+        """Handle one request; whether the client connection stays open."""
+        at = time.monotonic()
+        rule = self._choose(request)
+        action = rule.action if rule else None
+        close = (request.header("connection") or "").lower() == "close" or request.version == "HTTP/1.0"
+        if action == "reset":
+            self._record(request, at, None, None, rule)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            return False
+        if action == "fail":
+            assert rule is not None
+            body, ctype = ((rule.reply_body, "text/plain") if rule.reply_body is not None
+                           else error_body(self.flavor, rule.status))
+            reply = _Reply(rule.status, http.client.responses.get(rule.status, "Error"),
+                           [("Content-Type", ctype)], body)
+            self._hold(self.latency)
+            self._record(request, at, reply.status, None, rule, len(reply.body))
+            wfile.write(_head_bytes(reply, close) + reply.body)
+            wfile.flush()
+            return not close
+        self._hold(self.latency / 2 + (rule.before if action == "delay" else 0.0))
+        try:
+            reply = self._forward(request)
+        except OSError:
+            self._record(request, at, None, None, rule)
+            return False  # upstream unreachable: the client sees its connection closed
+        self._hold(self.latency / 2 + (rule.after if action == "delay" else 0.0))
+        if self._stopping.is_set():
+            self._record(request, at, None, reply.status, rule)
+            return False
+        if action == "lose_reply":
+            self._record(request, at, None, reply.status, rule)
+            return False
+        if action == "truncate":
+            assert rule is not None
+            keep = len(reply.body) // 2 if rule.keep is None else min(rule.keep, len(reply.body))
+            self._record(request, at, reply.status, reply.status, rule, keep)
+            wfile.write(_head_bytes(reply, True) + reply.body[:keep])
+            wfile.flush()
+            return False
+        body = b"" if reply.bodiless else reply.body
+        self._record(request, at, reply.status, reply.status, rule, len(body))
+        wfile.write(_head_bytes(reply, close) + body)
+        wfile.flush()
+        return not close
+
+    def _forward(self, request: _Request) -> _Reply:
+        """Send ``request`` upstream on a connection of its own; the whole reply."""
+        conn = http.client.HTTPConnection(self._up_host, self._up_port, timeout=self.upstream_timeout)
+        try:
+            conn.putrequest(request.method, request.target, skip_host=True, skip_accept_encoding=True)
+            for name, value in request.headers:
+                if name.lower() not in _HOP:
+                    conn.putheader(name, value)
+            if request.body or request.header("content-length") is not None \
+                    or request.header("transfer-encoding") is not None:
+                conn.putheader("Content-Length", str(len(request.body)))
+            conn.putheader("Connection", "close")
+            conn.endheaders(request.body or None)
+            resp = conn.getresponse()
+            body = resp.read()
+            headers = [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP]
+            bodiless = request.method == "HEAD" or resp.status in (204, 304) or 100 <= resp.status < 200
+            if bodiless:
+                length = resp.getheader("Content-Length")
+                if length is not None:
+                    headers.append(("Content-Length", length))
+            reply = _Reply(resp.status, resp.reason, headers, body, bodiless)
+        finally:
+            conn.close()
+        return self._rewrite(reply) if self.rewrite else reply
+
+    def _rewrite(self, reply: _Reply) -> _Reply:
+        up = f"{self._up_host}:{self._up_port}"
+        mine = f"127.0.0.1:{self.port}"
+        reply.headers = [(k, v.replace(up, mine) if k.lower() == "location" else v) for k, v in reply.headers]
+        ctype = next((v for k, v in reply.headers if k.lower() == "content-type"), "")
+        if "json" in ctype.lower() and up.encode() in reply.body:
+            reply.body = reply.body.replace(up.encode(), mine.encode())
+        return reply
