@@ -11,31 +11,45 @@ lists the (few) segment keys, then the event keys after the last segment:
 three small requests however long the conversation.  ``read`` fetches whole
 segments and only the tail's single events, all in parallel.
 
-``remove`` bumps the conversation's epoch (a head object written with a
-condition) and then deletes the old epoch's objects; all keys of events live
-under their epoch, so a conversation made again starts clean even if the
-deletion is cut short.
+``remove`` bumps the conversation's epoch and ends its lease in one
+conditional write on its head (heads.py); removal.py says what follows (a
+fence, a deferred deletion) and why.  All keys of events live under their
+epoch, so a conversation made again starts clean.
 
 A ``serve`` process remembers, per conversation, the epoch, the last number
 it saw and the latest events: its next append is then one conditional write
-in the common case, and a loss (``taken``) drops the memory.  The memory can
-be stale only if another machine removes the conversation while this one
-appends to it; that append is then kept in the old epoch and read by nobody
-(see the README's note on removal).
+in the common case, and a loss (``taken``) drops the memory.  It trusts that
+memory for ``TRUST_SECONDS`` after reading the head, then reads it again.
+A memory gone stale by a removal on another machine meets the remover's
+fence (or an event still there): its create fails, it reads the head again,
+and answers against the new epoch, writing there if the number is free.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
-from .generations import AlreadyExists, Create, Overwrite
+from .cache import Bounded
+from .generations import AlreadyExists, Create, Listed, Overwrite, StoreError, frame
+from .heads import Heads, epoch_of
 from .keys import AgentKeys, SEQ_DIGITS, name_part
+from .removal import FENCE, TRUST_SECONDS, Removals
 from .space import Contention, Space
 from .validate import Agent, compact
 
 SEGMENT = 64
+#: What a serve process keeps of conversations' latest events: part of cache.MEMORY_BUDGET.
+RECENT_BUDGET = 16 * 1024 * 1024
+#: Rounds of reading again when an epoch dies under a read (a removal racing it).
+EPOCH_ROUNDS = 8
+
+log = logging.getLogger("cloudstore")
+
+#: A fence's stored size: a listed last event of another size is no fence, and costs no read.
+_FENCE_SIZE = len(frame("0" * 32, FENCE, Create().lineage))
 
 
 @dataclass
@@ -44,7 +58,13 @@ class ThreadMemory:
 
     epoch: int
     last: int
+    confirmed: float  # store time of the head read this memory stands on
     recent: dict[int, str] = field(default_factory=dict)  # seq -> event JSON
+
+    @property
+    def size(self) -> int:
+        """Bytes it holds, as the memory budget charges them."""
+        return sum(len(raw) + 64 for raw in self.recent.values())
 
     def remember(self, seq: int, raw: str) -> None:
         self.recent[seq] = raw
@@ -59,16 +79,26 @@ class Conversations:
     def __init__(self, space: Space) -> None:
         self.space = space
         self.store = space.store
-        self.memory: dict[str, ThreadMemory] = {}  # thread key prefix -> memory
+        self.memory: Bounded[str, ThreadMemory] = Bounded(RECENT_BUDGET)  # thread key prefix -> memory
+        self.heads = Heads(space)
+        self.removals = Removals(space, self.heads, self._last_in)
+        self.clock = space.store.clock
 
     # -- epochs
 
     def _epoch(self, keys: AgentKeys, thread: str) -> int:
-        _, head = self.space.get_json(keys.head(thread))
-        return 0 if head is None else int(head["epoch"])
+        """The conversation's epoch, finishing first what a removal left to do (roll forward)."""
+        head = self.heads.read(keys, thread)
+        if head.get("removed"):
+            self.removals.roll_forward(keys, thread, head)
+        return epoch_of(head)
 
     def _last_in(self, keys: AgentKeys, thread: str, epoch: int, known: int = 0) -> int:
         """The last number in an epoch: after the last segment (or ``known``), the last event key."""
+        last, _ = self._last_listed(keys, thread, epoch, known)
+        return last
+
+    def _last_listed(self, keys: AgentKeys, thread: str, epoch: int, known: int = 0) -> tuple[int, Optional[Listed]]:
         base = keys.epoch(thread, epoch)
         start = known
         if known == 0:
@@ -76,38 +106,65 @@ class Conversations:
             if segments:
                 start = int(segments[-1].key[-SEQ_DIGITS:])
         after = self.store.list(base + "ev/", start_after=keys.event(thread, epoch, start) if start else None)
-        return int(after[-1].key[-SEQ_DIGITS:]) if after else start
+        return (int(after[-1].key[-SEQ_DIGITS:]), after[-1]) if after else (start, None)
+
+    def _fenced(self, item: Optional[Listed]) -> bool:
+        """Whether a listed last event is a removal's fence: the epoch died after its head was read."""
+        if item is None or (item.size is not None and item.size != _FENCE_SIZE):
+            return False
+        obj = self.store.get(item.key)
+        return obj is not None and obj.data == FENCE
 
     def _fresh(self, keys: AgentKeys, thread: str) -> ThreadMemory:
         """Read the epoch and last number from the store, and remember them."""
-        epoch = self._epoch(keys, thread)
+        for _ in range(EPOCH_ROUNDS):
+            confirmed = self.clock.now()
+            epoch = self._epoch(keys, thread)
+            mem = self.memory.get(keys.thread(thread))
+            same = mem is not None and mem.epoch == epoch
+            last, item = self._last_listed(keys, thread, epoch, mem.last if same else 0)  # type: ignore[union-attr]
+            if self._fenced(item):
+                continue  # removed between the head and the listing: the head says so now
+            mem = ThreadMemory(epoch, last, confirmed, mem.recent if same else {})  # type: ignore[union-attr]
+            self.memory.put(keys.thread(thread), mem, mem.size)
+            return mem
+        raise Contention("the conversation kept being removed while it was read; read again")
+
+    def _trusted(self, keys: AgentKeys, thread: str, seq: int) -> Optional[ThreadMemory]:
+        """What this process remembers of the conversation, if recent enough to append ``seq`` on."""
         mem = self.memory.get(keys.thread(thread))
-        known = mem.last if mem is not None and mem.epoch == epoch else 0
-        mem = ThreadMemory(epoch, self._last_in(keys, thread, epoch, known),
-                           mem.recent if mem is not None and mem.epoch == epoch else {})
-        self.memory[keys.thread(thread)] = mem
+        if mem is None or mem.last != seq - 1 or self.clock.now() - mem.confirmed > TRUST_SECONDS:
+            return None
         return mem
 
     # -- ops
 
     def append(self, agent: Agent, thread: str, event: dict, seq: int) -> dict:
         keys = self.space.keys(agent)
-        mem = self.memory.get(keys.thread(thread))
-        if mem is None or mem.last != seq - 1:
-            mem = self._fresh(keys, thread)
-            if mem.last != seq - 1:
-                return {"reply": "taken", "last": mem.last}
         raw = compact(event)
-        try:
-            self.store.put(keys.event(thread, mem.epoch, seq), raw.encode("ascii"), Create())
-        except AlreadyExists:
-            self.memory.pop(keys.thread(thread), None)
-            return {"reply": "taken", "last": self._fresh(keys, thread).last}
+        mem = self._trusted(keys, thread, seq)
+        for _ in range(EPOCH_ROUNDS):
+            if mem is None:
+                mem = self._fresh(keys, thread)
+                if mem.last != seq - 1:
+                    return {"reply": "taken", "last": mem.last}
+            if seq == 1:  # the name before the thing it names: a crash never hides a conversation
+                self.space.remember_name(keys, name_part(thread), thread)
+            try:
+                self.store.put(keys.event(thread, mem.epoch, seq), raw.encode("ascii"), Create())
+                break
+            except AlreadyExists:  # taken, or the epoch died (a fence): read again, and maybe write there
+                self.memory.pop(keys.thread(thread))
+                mem = None
+        else:
+            raise Contention("the conversation kept being removed while appending; nothing of this append was kept")
         mem.remember(seq, raw)
-        if seq == 1:
-            self.space.remember_name(keys, name_part(thread), thread)
+        self.memory.put(keys.thread(thread), mem, mem.size)
         if seq % SEGMENT == 0:
-            self._pack(keys, thread, mem, seq)
+            try:
+                self._pack(keys, thread, mem, seq)
+            except (StoreError, Contention) as exc:  # the event is stored: packing only speeds reads
+                log.warning("packing events %d-%d left for later: %s", seq - SEGMENT + 1, seq, exc)
         return {"reply": "done"}
 
     def _pack(self, keys: AgentKeys, thread: str, mem: ThreadMemory, end: int) -> None:
@@ -130,7 +187,14 @@ class Conversations:
     def read(self, agent: Agent, thread: str, first: int) -> list[str]:
         """Event JSON texts numbered ``first`` and on, in order."""
         keys = self.space.keys(agent)
-        mem = self._fresh(keys, thread)
+        for _ in range(EPOCH_ROUNDS):
+            events = self._read_epoch(keys, thread, first, self._fresh(keys, thread))
+            if events is not None:
+                return events
+        raise Contention("the conversation kept being removed while it was read; read again")
+
+    def _read_epoch(self, keys: AgentKeys, thread: str, first: int, mem: ThreadMemory) -> Optional[list[str]]:
+        """The events of the epoch ``mem`` stands on; None if it died while they were fetched."""
         if first > mem.last:
             return []
         segments = {
@@ -138,14 +202,13 @@ class Conversations:
             for item in self.store.list(keys.epoch(thread, mem.epoch) + "seg/")
         }
         wanted: list[str] = []  # keys to fetch, in order
-        plan: list[tuple[str, Any]] = []  # ("seg", (end, key)) / ("ev", seq)
+        plan: list[tuple[str, int]] = []  # ("seg", events of it to skip) / ("ev", seq)
         seq = first
         while seq <= mem.last:
             end = ((seq - 1) // SEGMENT + 1) * SEGMENT
             if seq not in mem.recent and end in segments and end <= mem.last:
-                key = keys.segment(thread, mem.epoch, end)
-                plan.append(("seg", end))
-                wanted.append(key)
+                plan.append(("seg", seq - (end - SEGMENT + 1)))  # from seq on, whatever came before
+                wanted.append(keys.segment(thread, mem.epoch, end))
                 seq = end + 1
             else:
                 if seq not in mem.recent:
@@ -159,14 +222,13 @@ class Conversations:
                 out.append(mem.recent[value])
                 continue
             obj = next(fetched)
-            if obj is None:
-                raise Contention("the conversation changed while it was read (removed?); read again")
+            if obj is None or obj.data == FENCE:
+                self.memory.pop(keys.thread(thread))
+                return None  # removed (and perhaps purged) while read: read the head again
             if kind == "ev":
                 out.append(obj.data.decode("ascii"))
             else:
-                events = json.loads(obj.data)
-                skip = max(0, first - (value - SEGMENT + 1))
-                out.extend(compact(e) for e in events[skip:])
+                out.extend(compact(e) for e in json.loads(obj.data)[value:])
         return out
 
     def threads(self, agent: Agent) -> list[dict]:
@@ -180,14 +242,7 @@ class Conversations:
         return found
 
     def remove(self, agent: Agent, thread: str) -> None:
-        """Bump the epoch, then delete the old epoch's objects (best effort)."""
+        """One write commits it (removal.py): the head's epoch bumped and its lease ended together."""
         keys = self.space.keys(agent)
-
-        def bump(head: Optional[dict]) -> tuple[dict, int]:
-            epoch = 0 if head is None else int(head["epoch"])
-            return {"epoch": epoch + 1}, epoch
-
-        epoch = self.space.update(keys.head(thread), bump)
-        self.memory.pop(keys.thread(thread), None)
-        old = self.store.list(keys.epoch(thread, epoch))
-        list(self.space.pool.map(lambda item: self.store.delete(item.key), old))
+        self.removals.remove(keys, thread)
+        self.memory.pop(keys.thread(thread))

@@ -19,13 +19,15 @@ Never late, sometimes early:
   when it is first in line, and deletes it once older than ``GRACE`` seconds
   (well past any write still in flight: calls are stopped at 30 s).
   Until then it is answered as is: an early wake-up, never a missed due.
+  Its age is judged in the store's time both ways (the listing's timestamp
+  against the store's clock as this process knows it, clock.py), so a
+  machine whose clock runs ahead cannot take a new entry for a stale one.
 """
 
 from __future__ import annotations
 
 import math
 import struct
-import time
 from typing import Any, Callable, Optional
 
 from .generations import NotFound, Overwrite, new_nonce
@@ -97,7 +99,7 @@ class DueIndex:
                 waiting = waiting_of(record)
                 if waiting is not None and waiting.get("entry") == item.key:
                     return waiting["job"]["due"]
-                if time.time() - item.modified < GRACE:
+                if self.space.store.clock.now() - item.modified < GRACE:
                     early = unsortable(item.key[len(self.root):].split("/", 1)[0])
                     if math.isfinite(early):
                         return early

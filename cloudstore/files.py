@@ -1,19 +1,21 @@
 """Files: an agent's instructions and skills, by path, with versions that never come back.
 
-A file is one object: a JSON header line ``{"v": N, "path": ...}`` and its
-bytes.  Its version is a counter this driver keeps, not the backend's token,
-so it is the same integer on S3 (which has nothing like generations), GCS
-and a folder.  Of several writers of one version, the conditional write on
-the object lets exactly one win.
+A path is ONE object, for its whole life: a JSON header line
+``{"v": N, "path": ...}`` and the file's bytes while it exists, or the header
+``{"v": N, "path": ..., "gone": true}`` alone once it is removed (a
+tombstone).  Every change is one conditional write on that object, so one
+write settles each race:
 
-Versions never come back.  A removal first raises the path's *floor* (an
-object ``fv/...`` holding the highest version ever removed, only ever
-raised), then deletes the file on the condition that it is unchanged.  A file
-made where none is starts at floor + 1.  Since the floor is raised before the
-file disappears, whoever sees no file sees a floor at least as high as any
-version given before.
+* Of several writers of one version, the store lets exactly one win.
+* Removal replaces the file with a tombstone that keeps its version, never
+  deletes it; a file made again updates the tombstone and takes its version
+  + 1.  So a version never comes back, without a second object whose read
+  could race with the write (the floor object of the earlier design), and
+  nothing here needs a conditional delete (which fake-gcs-server ignores).
 
-The floor objects are permanent by design: a bucket lifecycle rule must
+The version is a counter this driver keeps, not the backend's token, so it
+is the same integer on S3 (which has nothing like generations), GCS and a
+folder.  Tombstones are permanent by design: a bucket lifecycle rule must
 never expire them (see deploy/README.md).
 """
 
@@ -23,23 +25,32 @@ import base64
 import json
 from typing import Any, Optional
 
-from .generations import AlreadyExists, Create, NotFound, Object, PreconditionFailed, Update
-from .keys import AgentKeys, decode_path, folder_part, path_part
+from .generations import Listed, Object
+from .keys import decode_path, folder_part
 from .space import KEEP, Space
 from .validate import FILE_MAX, FILES_MAX, Agent, RequestError, compact
 
+#: Bytes of a file object's payload that always hold its whole header line.
+HEADER_MAX = 8192
 
-def _split(obj: Object) -> tuple[dict, bytes]:
-    head, _, data = obj.data.partition(b"\n")
+
+def _split(payload: bytes) -> tuple[dict, bytes]:
+    head, _, data = payload.partition(b"\n")
     return json.loads(head), data
 
 
-def _join(header: dict, data: bytes) -> bytes:
+def _join(header: dict, data: bytes = b"") -> bytes:
     return compact(header).encode("ascii") + b"\n" + data
 
 
-def _floor_key(keys: AgentKeys, path: str) -> str:
-    return keys.base + "fv/" + path_part(path)
+def _live(header: Optional[dict]) -> bool:
+    return header is not None and not header.get("gone", False)
+
+
+def _summary(obj: Object) -> tuple[bool, str]:
+    """What a listing needs of a file object: whether it is live, and its path."""
+    header = json.loads(obj.data.partition(b"\n")[0])
+    return _live(header), header["path"]
 
 
 class Files:
@@ -49,88 +60,79 @@ class Files:
         self.space = space
         self.store = space.store
 
-    def _current(self, keys: AgentKeys, path: str) -> tuple[Optional[Object], int, bytes]:
-        obj = self.store.get(keys.file(path))
-        if obj is None:
-            return None, 0, b""
-        header, data = _split(obj)
-        return obj, int(header["v"]), data
+    @staticmethod
+    def _next_version(header: Optional[dict]) -> int:
+        """The version a write gives: one past the object's (live or tombstone), 1 where none ever was."""
+        return 1 if header is None else int(header["v"]) + 1
 
-    def _floor(self, keys: AgentKeys, path: str) -> int:
-        """The highest version this path ever had removed (0 for none)."""
-        _, floor = self.space.get_json(_floor_key(keys, path))
-        return 0 if floor is None else int(floor["v"])
+    def _change(self, agent: Agent, path: str, change: Any) -> Any:
+        """One compare-and-set on the path's object; ``change(header, data)`` as in ``Space.update``."""
+        keys = self.space.keys(agent)
 
-    def _remember(self, keys: AgentKeys, path: str) -> None:
-        part = path_part(path)
-        if part.startswith("~/"):
-            self.space.remember_name(keys, part, path)
+        def on_raw(raw: Optional[bytes]) -> tuple[Any, Any]:
+            header, data = (None, b"") if raw is None else _split(raw)
+            return change(header, data)
+
+        def written(obj: Object, payload: bytes) -> None:  # a listing then knows it without a read
+            self.space.remember_seen(key, obj.version, 0, _summary(obj))  # type: ignore[arg-type]
+
+        key = keys.file(path)
+        return self.space.update(key, on_raw, raw=True, on_written=written)
 
     def read(self, agent: Agent, path: str) -> Optional[dict]:
-        obj, version, data = self._current(self.space.keys(agent), path)
+        obj = self.store.get(self.space.keys(agent).file(path))
         if obj is None:
             return None
-        return {"data": base64.b64encode(data).decode("ascii"), "version": version}
+        header, data = _split(obj.data)
+        if not _live(header):
+            return None
+        return {"data": base64.b64encode(data).decode("ascii"), "version": int(header["v"])}
 
     def write(self, agent: Agent, path: str, data: bytes, version: int) -> dict:
-        keys = self.space.keys(agent)
-        obj, now, _ = self._current(keys, path)
-        if now != version:
-            return {"reply": "stale", "version": now}
-        new = now + 1 if obj is not None else self._floor(keys, path) + 1
-        self._remember(keys, path)
-        mode = Create() if obj is None else Update(obj.version)
-        try:
-            self.store.put(keys.file(path), _join({"v": new, "path": path}, data), mode)
-        except (AlreadyExists, PreconditionFailed):
-            return {"reply": "stale", "version": self._current(keys, path)[1]}
-        return {"reply": "wrote", "version": new}
+        def change(header: Optional[dict], _: bytes) -> tuple[Any, dict]:
+            now = int(header["v"]) if _live(header) else 0  # type: ignore[index]
+            if now != version:
+                return KEEP, {"reply": "stale", "version": now}
+            new = self._next_version(header)
+            return _join({"v": new, "path": path}, data), {"reply": "wrote", "version": new}
+
+        return self._change(agent, path, change)
 
     def remove(self, agent: Agent, path: str, version: int) -> bool:
-        keys = self.space.keys(agent)
-        obj, now, _ = self._current(keys, path)
-        if obj is None or now != version:
-            return False
+        def change(header: Optional[dict], _: bytes) -> tuple[Any, bool]:
+            if not _live(header) or int(header["v"]) != version:  # type: ignore[index]
+                return KEEP, False
+            return _join({"v": version, "path": path, "gone": True}), True
 
-        def raise_floor(floor: Optional[dict]) -> tuple[Any, None]:
-            if floor is not None and int(floor["v"]) >= now:
-                return KEEP, None
-            return {"v": now}, None
-
-        self.space.update(_floor_key(keys, path), raise_floor)
-        try:
-            self.store.delete(keys.file(path), obj.version)
-        except (PreconditionFailed, NotFound):
-            return False
-        return True
+        return self._change(agent, path, change)
 
     def append(self, agent: Agent, path: str, data: bytes) -> int:
-        keys = self.space.keys(agent)
-        self._remember(keys, path)
+        def change(header: Optional[dict], old: bytes) -> tuple[bytes, int]:
+            kept = old if _live(header) else b""
+            if len(kept) + len(data) > FILE_MAX:
+                raise RequestError(f"the append would grow the file past {FILE_MAX} bytes; the file is unchanged")
+            new = self._next_version(header)
+            return _join({"v": new, "path": path}, kept + data), new
 
-        def change(raw: Optional[bytes]) -> tuple[bytes, int]:
-            if raw is None:
-                header, old = None, b""
-            else:
-                head, _, old = raw.partition(b"\n")
-                header = json.loads(head)
-            if len(old) + len(data) > FILE_MAX:
-                raise RequestError(f"the append would grow {path!r} past {FILE_MAX} bytes; the file is unchanged")
-            new = int(header["v"]) + 1 if header is not None else self._floor(keys, path) + 1
-            return _join({"v": new, "path": path}, old + data), new
-
-        return self.space.update(keys.file(path), change, raw=True)
+        return self._change(agent, path, change)
 
     def listing(self, agent: Agent, folder: str) -> list[str]:
+        """Live files under ``folder``: a listing, then each object's header (remembered by version)."""
         keys = self.space.keys(agent)
         under = folder.rstrip("/") + "/"
-        listed = self.store.list(keys.files() + folder_part(folder), limit=FILES_MAX + 1)
-        paths = [decode_path(item.key[len(keys.files()):]) for item in listed]
+        inline = self.store.list(keys.files() + folder_part(folder))
         hashed = self.store.list(keys.hashed_files())
-        if hashed:
-            parts = [item.key[len(keys.files()):] for item in hashed]
-            names = self.space.names_of(keys, parts)
-            paths.extend(n for n in names if n is not None and n.startswith(under))
+        paths: list[str] = []
+        for i, (item, summary) in enumerate(zip(inline + hashed, self._summaries(inline + hashed))):
+            if summary is None or not summary[0]:
+                continue
+            path = summary[1] if i >= len(inline) else decode_path(item.key[len(keys.files()):])
+            if path.startswith(under):
+                paths.append(path)
         if len(paths) > FILES_MAX:
-            raise RequestError(f"{folder!r} holds more than {FILES_MAX} files; a list is never cut short")
+            raise RequestError(f"the folder holds more than {FILES_MAX} files; a list is never cut short")
         return sorted(paths, key=lambda p: p.encode("utf-8"))
+
+    def _summaries(self, listed: list[Listed]) -> list[Optional[tuple[bool, str]]]:
+        """(live, path) of each listed file object, reading only the head of those not known by version."""
+        return self.space.listed_values(listed, _summary, head=HEADER_MAX)

@@ -10,15 +10,25 @@ rewrites only that ID's record, never the agent's other jobs.
 The waiting place is mirrored in the shared due index (``due_index``) and in
 the agent's mark: every change that touches waiting writes a new random mark
 (53 bits: a watcher's old value never comes back in practice).
+
+Order, so that a crash between any two requests leaves nothing a watcher
+misses: a job put into waiting gets its index entry first, then a new mark,
+then the record that makes it waiting.  A watcher woken by the mark asks
+``job_next``, which already answers the entry's due (early, never late); a
+crash before the record leaves only an early wake-up and an entry the index
+deletes after ``GRACE``.  A change taking a job out of waiting writes the
+mark first too: the mark moves whenever waiting changed, crash or not (and
+sometimes when it did not, which the contract allows).
 """
 
 from __future__ import annotations
 
-import random
+import json
+
 from typing import Any, Optional
 
 from .due_index import DueIndex
-from .generations import Overwrite, PreconditionFailed
+from .generations import Object, PreconditionFailed, entropy
 from .space import KEEP, Space
 from .validate import Agent
 
@@ -42,8 +52,13 @@ class Jobs:
         self.index = DueIndex(space)
 
     def _bump_mark(self, agent: Agent) -> None:
-        mark = random.SystemRandom().randrange(1, 2**53)
-        self.space.put_json(self.space.keys(agent).mark(), {"mark": mark}, Overwrite())
+        """A new random mark, written on the condition that the mark is still the one read.
+
+        Conditional so a write that lands late (after its retry, after a newer
+        mark) fails instead of bringing back a value a watcher already saw.
+        """
+        mark = int.from_bytes(entropy(7), "big") % (2**53 - 1) + 1
+        self.space.update(self.space.keys(agent).mark(), lambda _: ({"mark": mark}, None), cached=True)
 
     def _delete_record_if_empty(self, key: str) -> None:
         """Remove a record left with no place, only if nobody changed it since."""
@@ -56,7 +71,10 @@ class Jobs:
 
     def put(self, agent: Agent, place: str, job: dict) -> None:
         keys = self.space.keys(agent)
-        entry = self.index.add(keys, job["id"], job["due"]) if place == WAITING else None
+        entry = None
+        if place == WAITING:  # the entry, then the mark, then the record: see the module docstring
+            entry = self.index.add(keys, job["id"], job["due"])
+            self._bump_mark(agent)
 
         def change(record: Optional[dict]) -> tuple[Any, Optional[dict]]:
             places = _places(record)
@@ -65,10 +83,8 @@ class Jobs:
             return {"places": places}, old
 
         old = self.space.update(keys.job(job["id"]), change)
-        if place == WAITING:
-            if old is not None:
-                self.index.drop(old.get("entry"))
-            self._bump_mark(agent)
+        if place == WAITING and old is not None:
+            self.index.drop(old.get("entry"))
 
     def get(self, agent: Agent, place: str, job_id: str) -> Optional[dict]:
         _, record = self.space.get_json(self.space.keys(agent).job(job_id))
@@ -77,6 +93,8 @@ class Jobs:
 
     def remove(self, agent: Agent, place: str, job_id: str) -> bool:
         key = self.space.keys(agent).job(job_id)
+        if place == WAITING:
+            self._bump_mark(agent)
 
         def change(record: Optional[dict]) -> tuple[Any, Optional[dict]]:
             places = _places(record)
@@ -91,7 +109,6 @@ class Jobs:
         self._delete_record_if_empty(key)
         if place == WAITING:
             self.index.drop(old.get("entry"))
-            self._bump_mark(agent)
         return True
 
     def shift(self, agent: Agent, job_id: str, source: str, target: str) -> bool:
@@ -106,6 +123,8 @@ class Jobs:
             if current is None:
                 return False
             entry = self.index.add(keys, job_id, current["due"])
+        if WAITING in (source, target):
+            self._bump_mark(agent)
 
         def change(record: Optional[dict]) -> tuple[Any, Optional[tuple[dict, Optional[dict]]]]:
             places = _places(record)
@@ -129,28 +148,36 @@ class Jobs:
             self.index.drop(moved.get("entry"))
         if target == WAITING and replaced is not None:
             self.index.drop(replaced.get("entry"))
-        if WAITING in (source, target):
-            self._bump_mark(agent)
         return True
 
     def listing(self, agent: Agent, place: str) -> list[dict]:
-        keys = self.space.keys(agent)
-        records = self.space.listed_json(self.space.store.list(keys.jobs()))
-        return [p[place]["job"] for p in map(_places, records) if place in p]
+        """The jobs in ``place``: each record read (or remembered) and only that place's job kept."""
+        def job_in_place(obj: Object) -> Optional[dict]:
+            entry = _places(json.loads(obj.data)).get(place)
+            return None if entry is None else entry["job"]
+
+        listed = self.space.store.list(self.space.keys(agent).jobs())
+        return [job for job in self.space.listed_values(listed, job_in_place, kind=place + ":") if job is not None]
 
     def count(self, agent: Agent, place: str) -> int:
-        return len(self.listing(agent, place))
+        """How many jobs ``place`` holds: only the places of each record are kept, never the jobs."""
+        def places(obj: Object) -> frozenset[str]:
+            return frozenset(_places(json.loads(obj.data)))
+
+        listed = self.space.store.list(self.space.keys(agent).jobs())
+        return sum(1 for held in self.space.listed_values(listed, places, kind="places:") if held and place in held)
 
     def next(self) -> Optional[Any]:
         return self.index.next(waiting_of)
 
     def mark(self, agent: Agent) -> int:
-        _, value = self.space.get_json(self.space.keys(agent).mark())
+        _, value = self.space.get_json(self.space.keys(agent).mark(), remember=True)
         return 0 if value is None else int(value["mark"])
 
     def day(self, agent: Agent) -> tuple[int, int]:
-        _, value = self.space.get_json(self.space.keys(agent).day())
+        _, value = self.space.get_json(self.space.keys(agent).day(), remember=True)
         return (0, 0) if value is None else (int(value["day"]), int(value["sent"]))
 
     def set_day(self, agent: Agent, day: int, sent: int) -> None:
-        self.space.put_json(self.space.keys(agent).day(), {"day": day, "sent": sent}, Overwrite())
+        """Conditional on the record read, so a write landing late cannot undo a newer one."""
+        self.space.update(self.space.keys(agent).day(), lambda _: ({"day": day, "sent": sent}, None), cached=True)

@@ -17,10 +17,9 @@ The mapping is injective and never escapes an agent's key space:
 
 Layout below the store's prefix::
 
-    a/<owner>/<id>/c/<thread>/head                 conversation epoch (remove bumps it)
     a/<owner>/<id>/c/<thread>/e<epoch>/ev/<seq>    one event, written only if absent
     a/<owner>/<id>/c/<thread>/e<epoch>/seg/<end>   events end-63..end packed, for fast reads
-    a/<owner>/<id>/l/<thread>                      the lease
+    a/<owner>/<id>/l/<thread>                      the head: epoch and lease (heads.py)
     a/<owner>/<id>/t/<thread>                      the tools narrowing
     a/<owner>/<id>/j/<job id>                      a job id's entries in every place
     a/<owner>/<id>/mark, a/<owner>/<id>/day        job_mark, job_day
@@ -107,9 +106,6 @@ class AgentKeys:
 
     def thread(self, thread: str) -> str:
         return f"{self.base}c/{name_part(thread)}/"
-
-    def head(self, thread: str) -> str:
-        return self.thread(thread) + "head"
 
     def epoch(self, thread: str, epoch: int) -> str:
         return f"{self.thread(thread)}e{str(epoch).zfill(EPOCH_DIGITS)}/"

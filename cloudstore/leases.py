@@ -1,8 +1,8 @@
-"""Leases: who runs a conversation's turn, one JSON object per conversation.
+"""Leases: who runs a conversation's turn, kept in the conversation's head (heads.py).
 
 Taken with a create-if-absent, taken over or renewed with a write that names
 the version read (the Hudi / Litestream lock design), released by a
-conditional overwrite with a tombstone rather than a delete, since
+conditional write that drops the holder rather than a delete, since
 fake-gcs-server ignores preconditions on delete.  Every body holds fresh
 times (and the seam adds a nonce), so S3 ETags always change.
 
@@ -11,95 +11,86 @@ lease now, that holder won the race and this one is told ``held``, even if
 ``lapse_ms`` is so short the new lease could already be called lapsed.  So of
 several takers at once exactly one succeeds.
 
-Lapse is judged to the millisecond, by this driver's clock, in one place:
-``lapsed()``.
+Time.  Lapse is judged to the millisecond, in one place, ``lapsed()``, on
+*store time* (clock.py): the writer's and the judge's clocks are each
+corrected by what the store's replies say of its own, so two machines whose
+clocks differ by S judge one lease within about 2 s + a round trip of each
+other (S3, GCS; milliseconds on a folder), whatever S is, and exactly
+alike when their clocks agree with the store's.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any, Optional
 
+from .heads import Heads, has_lease, without_lease
 from .space import KEEP, Space
 from .validate import Agent
 
 
-def now_ms() -> int:
-    """The driver's clock in whole milliseconds since 1970."""
-    return time.time_ns() // 1_000_000
-
-
 def lapsed(lease: dict, lapse_ms: int, now: int) -> bool:
-    """The one judgment of lapse: not renewed for ``lapse_ms`` or more."""
+    """The one judgment of lapse: not renewed for ``lapse_ms`` or more (store time, ms)."""
     return now - int(lease["renewed"]) >= lapse_ms
 
 
-def _live(lease: Optional[dict]) -> bool:
-    return lease is not None and not lease.get("ended", False)
-
-
 class Leases:
-    """take, renew, end, leases."""
+    """take, renew, end, leases (``remove`` ends a lease with the epoch's bump: conversations.py)."""
 
     def __init__(self, space: Space) -> None:
         self.space = space
+        self.heads = Heads(space)
+        self.clock = space.store.clock
 
     def take(self, agent: Agent, thread: str, holder: str, lapse_ms: int) -> str:
         keys = self.space.keys(agent)
         lost_once = [False]
 
-        def change(lease: Optional[dict]) -> tuple[Any, str]:
-            now = now_ms()
-            if _live(lease):
-                assert lease is not None
-                if lease["holder"] == holder:
-                    return {**lease, "renewed": now}, "took"
-                if lost_once[0] or not lapsed(lease, lapse_ms, now):
+        def change(head: dict) -> tuple[Any, str]:
+            now = self.clock.now_ms()
+            if has_lease(head):
+                if head["holder"] == holder:
+                    return {**head, "renewed": now}, "took"
+                if lost_once[0] or not lapsed(head, lapse_ms, now):
                     return KEEP, "held"
                 lost_once[0] = True
-                return {"thread": thread, "holder": holder, "started": now, "renewed": now}, "lapsed"
+                return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, "lapsed"
             lost_once[0] = True
-            return {"thread": thread, "holder": holder, "started": now, "renewed": now}, "took"
+            return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, "took"
 
-        return self.space.update(keys.lease(thread), change)
+        return self.heads.update(keys, thread, change)
 
     def renew(self, agent: Agent, thread: str, holder: str) -> bool:
-        keys = self.space.keys(agent)
-
-        def change(lease: Optional[dict]) -> tuple[Any, bool]:
-            if not _live(lease) or lease["holder"] != holder:  # type: ignore[index]
+        def change(head: dict) -> tuple[Any, bool]:
+            if not has_lease(head) or head["holder"] != holder:
                 return KEEP, False
-            return {**lease, "renewed": now_ms()}, True  # type: ignore[dict-item]
+            return {**head, "renewed": self.clock.now_ms()}, True
 
-        return self.space.update(keys.lease(thread), change)
+        return self.heads.update(self.space.keys(agent), thread, change, cached=True)
 
     def end(self, agent: Agent, thread: str, holder: str) -> None:
-        keys = self.space.keys(agent)
-
-        def change(lease: Optional[dict]) -> tuple[Any, None]:
-            if not _live(lease) or lease["holder"] != holder:  # type: ignore[index]
+        """Drop the holder, conditionally: a release landing late fails instead of ending a newer lease."""
+        def change(head: dict) -> tuple[Any, None]:
+            if not has_lease(head) or head["holder"] != holder:
                 return KEEP, None
-            return {"thread": thread, "ended": True, "at": now_ms()}, None
+            return without_lease(head), None
 
-        self.space.update(keys.lease(thread), change)
-
-    def forget(self, agent: Agent, thread: str) -> None:
-        """Drop the lease with its conversation (``remove``)."""
-        self.space.store.delete(self.space.keys(agent).lease(thread))
+        self.heads.update(self.space.keys(agent), thread, change)
 
     def leases(self, agent: Agent, lapse_ms: int) -> list[dict]:
         keys = self.space.keys(agent)
         listed = self.space.store.list(keys.leases())
-        now = now_ms()
-        out = []
-        for lease in self.space.listed_json(listed):
-            if _live(lease):
-                out.append({
-                    "thread": lease["thread"],
-                    "holder": lease["holder"],
-                    "started": lease["started"] / 1000,
-                    "renewed": lease["renewed"] / 1000,
-                    "lapsed": lapsed(lease, lapse_ms, now),
-                })
+        heads: list[Optional[dict]] = self.space.listed_json(listed)
+        now = self.clock.now_ms()
+        out = [
+            {
+                "thread": head["thread"],
+                "holder": head["holder"],
+                "started": head["started"] / 1000,
+                "renewed": head["renewed"] / 1000,
+                "lapsed": lapsed(head, lapse_ms, now),
+            }
+            for head in heads
+            if has_lease(head)
+        ]
         out.sort(key=lambda item: item["thread"].encode("utf-8", "surrogatepass"))
         return out

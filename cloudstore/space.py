@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterable, Optional, TypeVar
 
-from .generations import AlreadyExists, Create, Listed, Object, PreconditionFailed, RetryingStore, Update, backoff_sleep
+from .generations import (
+    AlreadyExists, Create, Listed, Object, Overwrite, PreconditionFailed, PutMode, RetryingStore, Update, backoff_sleep,
+)
+from .cache import Bounded
 from .keys import AgentKeys, decode_part, is_hashed
 from .validate import Agent, compact
 
@@ -21,9 +24,14 @@ T = TypeVar("T")
 
 # A CAS loop that keeps losing for this long is contention we cannot beat.
 CAS_ROUNDS = 200
-# What a serve process keeps of objects it listed and read (see listed_json).
-SEEN_MAX = 20_000
+# What a serve process keeps of objects it listed and read (see listed_values),
+# and of objects it wrote (see update): byte budgets, part of cache.MEMORY_BUDGET.
+SEEN_BUDGET = 40 * 1024 * 1024
+WRITTEN_BUDGET = 8 * 1024 * 1024
+# Only small objects are kept at all.
 SEEN_OBJECT_MAX = 64 * 1024
+# Parsed JSON takes up to about 12 times its text in memory (many small values).
+PARSED_FACTOR = 12
 
 
 class Contention(Exception):
@@ -37,98 +45,151 @@ class Space:
     store: RetryingStore
     root: str
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=16))
-    _seen: dict[str, tuple[str, Any]] = field(default_factory=dict)  # key -> (version, parsed JSON)
+    # key -> (version, what a reader made of it), and key -> (object written, its value): see update
+    _seen: Bounded[str, tuple[str, Any]] = field(default_factory=lambda: Bounded(SEEN_BUDGET))
+    _written: Bounded[str, tuple[Object, Any]] = field(default_factory=lambda: Bounded(WRITTEN_BUDGET))
 
     def keys(self, agent: Agent) -> AgentKeys:
         return AgentKeys(self.root, agent.owner, agent.id)
 
     # -- reads
 
-    def get_json(self, key: str) -> tuple[Optional[Object], Any]:
-        """(object, parsed JSON) or (None, None)."""
-        obj = self.store.get(key)
-        return (obj, None) if obj is None else (obj, json.loads(obj.data))
+    def get_json(self, key: str, remember: bool = False) -> tuple[Optional[Object], Any]:
+        """(object, parsed JSON) or (None, None).
 
-    def get_many(self, keys: Iterable[str]) -> list[Optional[Object]]:
-        """Objects of many keys, fetched in parallel, in the order given."""
+        With ``remember``, the object read is where the next ``update(cached=True)``
+        of ``key`` starts (a watcher that polls an object then writes it
+        writes with one request).
+        """
+        obj = self.store.get(key)
+        value = None if obj is None else json.loads(obj.data)
+        if remember and obj is not None:
+            self._remember_written(key, obj, value)
+        return obj, value
+
+    def get_many(self, keys: Iterable[str], head: Optional[int] = None) -> list[Optional[Object]]:
+        """Objects of many keys, fetched in parallel, in the order given (heads only, with ``head``)."""
         keys = list(keys)
         if len(keys) <= 1:
-            return [self.store.get(k) for k in keys]
-        return list(self.pool.map(self.store.get, keys))
+            return [self.store.get(k, head) for k in keys]
+        return list(self.pool.map(lambda k: self.store.get(k, head), keys))
 
     def get_many_json(self, keys: Iterable[str]) -> list[Any]:
         """Parsed JSON of many keys (None where absent), in parallel."""
         return [None if o is None else json.loads(o.data) for o in self.get_many(keys)]
 
     def listed_json(self, listed: Iterable[Listed]) -> list[Any]:
-        """Parsed JSON of the objects a listing named, fetching only those changed since seen.
+        """Parsed JSON of the objects a listing named (None where gone since), see ``listed_values``."""
+        return self.listed_values(listed, lambda obj: json.loads(obj.data))
 
-        A listing gives each object's version; a ``serve`` process keeps the
-        small objects it has read by (key, version), and versions are never
-        reused (the frame's nonce makes every write new), so a listing of
-        many unchanged records (an agent's jobs) costs the LIST alone.
+    def listed_values(self, listed: Iterable[Listed], parse: Callable[[Object], Any],
+                      head: Optional[int] = None, kind: str = "") -> list[Any]:
+        """``parse`` of each object a listing named, fetching only those changed since seen.
+
+        A listing gives each object's version; a ``serve`` process keeps what
+        it parsed of the objects it has read by (key, version), and versions
+        are never reused (the frame's nonce makes every write new), so a
+        listing of many unchanged records (an agent's jobs) costs the LIST
+        alone.  With ``head``, only that many bytes of each payload are read.
+        Each object is parsed on its own and only what ``parse`` keeps of it
+        stays, so a listing's memory is what it answers, not every object
+        whole; ``kind`` names what ``parse`` makes, when one key is parsed
+        two ways.
         """
-        listed = list(self.listed_cache_hits(listed))
-        missing = [item.key for item, hit in listed if hit is None]
-        fetched = dict(zip(missing, self.get_many(missing)))
+        items = list(listed)
+        hits = [self._seen_value(item, kind) for item in items]
+        missing = [item.key for item, hit in zip(items, hits) if hit is None]
+        fetched = dict(zip(missing, self.get_many(missing, head)))
         out: list[Any] = []
-        for item, hit in listed:
+        for item, hit in zip(items, hits):
             if hit is None:
                 obj = fetched[item.key]
                 if obj is None:
                     out.append(None)
                     continue
-                hit = json.loads(obj.data)
-                self._remember(item.key, obj.version, len(obj.data), hit)
+                hit = parse(obj)
+                if obj.version is not None:
+                    self._remember(kind + item.key, obj.version, len(obj.data), hit)
             out.append(hit)
         return out
 
-    def listed_cache_hits(self, listed: Iterable[Listed]) -> Iterator[tuple[Listed, Any]]:
-        for item in listed:
-            seen = self._seen.get(item.key)
-            yield item, (seen[1] if seen is not None and item.version is not None and seen[0] == item.version else None)
+    def _seen_value(self, item: Listed, kind: str = "") -> Any:
+        seen = self._seen.get(kind + item.key)
+        return seen[1] if seen is not None and item.version is not None and seen[0] == item.version else None
+
+    def _remember_written(self, key: str, obj: Object, value: Any) -> None:
+        """Where the next ``update(cached=True)`` of ``key`` starts: small objects of known version only."""
+        if obj.version is not None and len(obj.data) <= SEEN_OBJECT_MAX:
+            self._written.put(key, (obj, value), len(obj.data) * (1 + PARSED_FACTOR))
+
+    def remember_seen(self, key: str, version: str, size: int, value: Any) -> None:
+        """Keep what a reader made of ``key`` at ``version`` (see ``listed_values``)."""
+        self._remember(key, version, size, value)
 
     def _remember(self, key: str, version: str, size: int, value: Any) -> None:
         if size > SEEN_OBJECT_MAX:
             return
-        if len(self._seen) >= SEEN_MAX:
-            self._seen.clear()
-        self._seen[key] = (version, value)
+        self._seen.put(key, (version, value), size * PARSED_FACTOR)
 
     # -- writes
 
-    def put_json(self, key: str, value: Any, mode: Any) -> Object:
+    def put_json(self, key: str, value: Any, mode: PutMode) -> Object:
         return self.store.put(key, compact(value).encode("ascii"), mode)
 
-    def update(self, key: str, change: Callable[[Optional[Any]], tuple[Any, T]], raw: bool = False) -> T:
+    def update(self, key: str, change: Callable[[Optional[Any]], tuple[Any, T]], raw: bool = False,
+               cached: bool = False, on_written: Optional[Callable[[Object, Any], None]] = None) -> T:
         """Read-modify-write ``key`` until our conditional write wins.
 
         ``change`` gets the current value (None when absent) and returns
         ``(new value, result)``; a new value of ``KEEP`` writes nothing and
         returns the result at once.  With ``raw``, values are bytes.
+
+        With ``cached``, the first round starts from the object this process
+        last wrote at ``key`` (every winning write is remembered) or read with
+        ``get_json(remember=True)``, without a read: a write that wins
+        proves that object was current, so the common case is one request.
+        A round from memory that loses, or that would write nothing, reads the
+        store and starts again (an answer is never given from memory alone).
+        Only for changes that are pure functions of the value: ``change`` may
+        be called with a stale value whose result is thrown away.
+
+        ``on_written(object, value)`` is told of the write that won, so a
+        caller can remember what it wrote (a listing then need not read it).
         """
+        remembered = self._written.get(key) if cached else None
         for attempt in range(CAS_ROUNDS):
-            obj = self.store.get(key)
-            current = None if obj is None else (obj.data if raw else json.loads(obj.data))
+            if remembered is not None:
+                obj, current = remembered
+            else:
+                obj = self.store.get(key)
+                current = None if obj is None else (obj.data if raw else json.loads(obj.data))
             new, result = change(current)
             if new is KEEP:
-                return result
-            mode = Create() if obj is None else Update(obj.version)
+                if remembered is None:
+                    return result
+                remembered = None
+                continue
+            mode: PutMode = Create() if obj is None else Update.of(obj)
             payload = new if raw else compact(new).encode("ascii")
             try:
-                self.store.put(key, payload, mode)
-                return result
+                written = self.store.put(key, payload, mode)
             except (AlreadyExists, PreconditionFailed):
-                backoff_sleep(attempt)
-        raise Contention(f"gave up after {CAS_ROUNDS} lost compare-and-set rounds on one object; nothing was written")
+                if remembered is None:
+                    backoff_sleep(attempt)
+                remembered = None
+                self._written.pop(key)
+                continue
+            self._remember_written(key, written, new)
+            if on_written is not None and written.version is not None:
+                on_written(written, new)
+            return result
+        raise Contention(f"gave up after {CAS_ROUNDS} lost compare-and-set rounds on one object")
 
     # -- names behind hashed key parts
 
     def remember_name(self, keys: AgentKeys, part: str, name: str) -> None:
         """Keep the name of a hashed key part, so listings can say it."""
         if is_hashed(part):
-            from .generations import Overwrite
-
             self.put_json(keys.name_record(part), {"name": name}, Overwrite())
 
     def names_of(self, keys: AgentKeys, parts: list[str]) -> list[Optional[str]]:

@@ -1,0 +1,68 @@
+"""A conversation's head: its epoch and its lease, in ONE object, so ``remove`` is one write.
+
+``remove`` forgets a conversation's events and its lease.  Kept in two
+objects, no single write could do both, and a crash between the two writes
+left a removed conversation whose lease lived on (or a live one whose lease
+was gone).  In one object, the write that bumps the epoch (which hides every
+event of the old one) also ends the lease: the op commits in one
+compare-and-set, and everything after it is cleanup a crash cannot make
+visible.
+
+The head lives at the lease's key (``l/<thread>``), so ``leases`` stays one
+listing.  Its fields::
+
+    {"thread": t, "epoch": e}                                   no lease
+    {"thread": t, "epoch": e, "holder": h, "started": ms, "renewed": ms}
+    {"thread": t, "epoch": e, "removed": [{"epoch", "at", "fence"}], ...}
+                                  epochs a remove left to fence or purge (removal.py)
+
+An ended lease keeps no holder; a head with no epoch is at epoch 0.  (0.1.0
+kept the epoch in a separate object and ended leases as ``{"ended": true}``:
+0.2.0 does not read stores written by 0.1.0, see CHANGELOG.md.)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional, TypeVar
+
+from .keys import AgentKeys
+from .space import Space
+
+T = TypeVar("T")
+
+#: The fields of a lease within a head; the rest (thread, epoch, removed) outlive it.
+LEASE_FIELDS = ("holder", "started", "renewed")
+
+
+def has_lease(head: Optional[dict]) -> bool:
+    """Whether a head holds a live lease."""
+    return head is not None and "holder" in head and not head.get("ended", False)
+
+
+def without_lease(head: dict) -> dict:
+    """The head with its lease ended (and 0.1.0's tombstone fields gone)."""
+    return {k: v for k, v in head.items() if k not in LEASE_FIELDS and k not in ("ended", "at")}
+
+
+def epoch_of(head: dict) -> int:
+    return int(head.get("epoch", 0))
+
+
+class Heads:
+    """Reading and changing heads: a conversation without one is at epoch 0, with no lease."""
+
+    def __init__(self, space: Space) -> None:
+        self.space = space
+
+    @staticmethod
+    def _complete(thread: str, head: Optional[dict]) -> dict:
+        return {"thread": thread, "epoch": 0} if head is None else head
+
+    def read(self, keys: AgentKeys, thread: str) -> dict:
+        _, head = self.space.get_json(keys.lease(thread))
+        return self._complete(thread, head)
+
+    def update(self, keys: AgentKeys, thread: str, change: Callable[[dict], tuple[Any, T]],
+               cached: bool = False) -> T:
+        """``Space.update`` on the head; ``change`` always gets a whole head (epoch included)."""
+        return self.space.update(keys.lease(thread), lambda head: change(self._complete(thread, head)), cached=cached)

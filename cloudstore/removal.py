@@ -1,0 +1,112 @@
+"""Removing a conversation: one write commits it, the rest is cleanup a crash cannot show.
+
+``remove`` forgets a conversation's events and its lease.  It commits with
+one compare-and-set on the conversation's head (heads.py): the epoch bumped
+(every event key lives under its epoch, so the old events vanish from every
+read at once) and the lease ended, in the same write.  The head then names
+the removed epoch in ``removed``: ``{"epoch", "at", "fence"}``.
+
+Then two things remain, each finished by whoever reads the head next if a
+crash cuts the remover short (roll forward):
+
+* **The fence.**  A ``serve`` process that still remembers the old epoch
+  appends into it with one create-if-absent.  The remover creates the old
+  epoch's next event number itself, so that append fails, and the appender
+  reads the head again and answers against the new epoch.  The fence's
+  number goes into the head's record; fences are never deleted.
+* **The deletion**, deferred.  A process may remember an old epoch whose
+  last number is *behind* the real one (other machines appended since); its
+  append then meets an existing event and is refused, as long as those
+  events exist.  Processes trust what they remember of an epoch for at most
+  ``TRUST_SECONDS`` (store time) after reading the head; the old epoch's
+  events are deleted only ``PURGE_AFTER_MS`` after the removal, when no
+  process can still trust that memory.  Until then they are invisible (no
+  read looks in a dead epoch); after, the first reader of the head deletes
+  them (or the admin's gc does).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from .generations import AlreadyExists, Create
+from .heads import Heads, epoch_of, without_lease
+from .keys import AgentKeys, SEQ_DIGITS
+from .space import KEEP, Space
+
+#: How long a process trusts its memory of a conversation's epoch without reading the head (store time).
+TRUST_SECONDS = 30.0
+#: When a removed epoch's events may go: past any trusted memory, with the clocks' bound to spare.
+PURGE_AFTER_MS = 90_000
+#: What a remover writes at its old epoch's next number.  Never an event: no JSON event is this
+#: and has no ``seq``; readers that meet it know the epoch died under them.
+FENCE = b'{"fence":true}'
+
+LastIn = Callable[[AgentKeys, str, int, int], int]
+
+
+class Removals:
+    """remove, and the roll-forward of what a remove left to do."""
+
+    def __init__(self, space: Space, heads: Heads, last_in: LastIn) -> None:
+        self.space = space
+        self.store = space.store
+        self.heads = heads
+        self.last_in = last_in  # the last number of an epoch, fences included
+
+    def remove(self, keys: AgentKeys, thread: str) -> None:
+        at = self.store.clock.now_ms()
+
+        def bump(head: dict) -> tuple[dict, dict]:
+            epoch = epoch_of(head)
+            record = {"epoch": epoch, "at": at, "fence": None}
+            new = {**without_lease(head), "epoch": epoch + 1, "removed": [*head.get("removed", []), record]}
+            return new, new
+
+        self.roll_forward(keys, thread, self.heads.update(keys, thread, bump))
+
+    def roll_forward(self, keys: AgentKeys, thread: str, head: dict) -> None:
+        """Fence every removed epoch not fenced yet, and purge those old enough; cheap when none."""
+        for record in head.get("removed", []):
+            if record.get("fence") is None:
+                self._fence(keys, thread, int(record["epoch"]))
+            elif int(record["at"]) <= self.store.clock.now_ms() - PURGE_AFTER_MS:
+                self._purge(keys, thread, int(record["epoch"]), int(record["fence"]))
+
+    def _fence(self, keys: AgentKeys, thread: str, epoch: int) -> None:
+        """Take the old epoch's next number, then write its number into the head's record."""
+        known = 0
+        while True:
+            seq = self.last_in(keys, thread, epoch, known) + 1
+            try:
+                self.store.put(keys.event(thread, epoch, seq), FENCE, Create())
+                break
+            except AlreadyExists:  # an appender (or another fencer) got there first: fence the next
+                known = seq
+        self._change_record(keys, thread, epoch, lambda record: {**record, "fence": record.get("fence") or seq})
+
+    def _purge(self, keys: AgentKeys, thread: str, epoch: int, fence: int) -> None:
+        """Delete a dead epoch's events and segments, below its fence; then forget its record."""
+        base = keys.epoch(thread, epoch)
+        doomed = [item.key for item in self.store.list(base)
+                  if not (item.key.startswith(base + "ev/") and int(item.key[-SEQ_DIGITS:]) >= fence)]
+        list(self.space.pool.map(self.store.delete, doomed))
+        self._change_record(keys, thread, epoch, lambda record: None)
+
+    def _change_record(self, keys: AgentKeys, thread: str, epoch: int,
+                       change: Callable[[dict], Optional[dict]]) -> None:
+        """Replace (or, for None, drop) the head's record of a removed epoch."""
+        def on_head(head: dict) -> tuple[Any, None]:
+            records = head.get("removed", [])
+            mine = [r for r in records if int(r["epoch"]) == epoch]
+            if not mine:
+                return KEEP, None
+            new = change(mine[0])
+            if new == mine[0]:
+                return KEEP, None
+            rest = [r for r in records if int(r["epoch"]) != epoch] + ([new] if new is not None else [])
+            rest.sort(key=lambda r: int(r["epoch"]))
+            body = {k: v for k, v in head.items() if k != "removed"}
+            return ({**body, "removed": rest} if rest else body), None
+
+        self.heads.update(keys, thread, on_head, cached=True)
