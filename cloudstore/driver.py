@@ -16,7 +16,6 @@ import logging
 import os
 import sys
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, TextIO
 
@@ -86,8 +85,16 @@ def error(why: str) -> dict:
 
 
 def encode_reply(reply: dict) -> str:
-    """One reply line, exactly as wire.md writes it (``{"reply": "done"}``)."""
-    return json.dumps(reply, ensure_ascii=True, allow_nan=False)
+    """One reply line, exactly as wire.md writes it (``{"reply": "done"}``).
+
+    A reply that cannot be written as JSON (a value no request should have
+    let in) becomes an error line: a reply never crashes the driver.
+    """
+    try:
+        return json.dumps(reply, ensure_ascii=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        log.error("a reply could not be encoded: %s", exc)
+        return json.dumps(error(f"internal error: the reply could not be written as JSON ({type(exc).__name__})"))
 
 
 class Answerer:
@@ -108,26 +115,35 @@ class Answerer:
         return self.service
 
     def answer(self, line: bytes) -> dict:
-        from .generations import StoreUnavailable
         from .settings import SettingError
-        from .space import Contention
         from .validate import RequestError, parse_request
 
         try:
             request = parse_request(line)
             service = self._service()
-            if not log.isEnabledFor(logging.DEBUG):
-                return service.handle(request)
-            before, start = service.space.store.requests, time.perf_counter()
-            reply = service.handle(request)
-            log.debug("op=%s reply=%s requests=%d ms=%.2f", request.get("op"), reply.get("reply"),
-                      service.space.store.requests - before, (time.perf_counter() - start) * 1000)
-            return reply
-        except (RequestError, SettingError, StoreUnavailable, Contention) as exc:
-            return error(str(exc))  # each message already says what went wrong and what changed
-        except Exception as exc:  # noqa: BLE001 - any failure is this request's error reply
-            log.error("request failed:\n%s", traceback.format_exc())
-            return error(f"internal error ({type(exc).__name__}: {exc}); the change may or may not have been made (outcome unknown)")
+        except (RequestError, SettingError) as exc:
+            return error(str(exc))  # each message already says what went wrong; nothing was done
+        if not log.isEnabledFor(logging.DEBUG):
+            return service.answer(request)
+        before, start = service.space.store.requests, time.perf_counter()
+        reply = service.answer(request)
+        log.debug("op=%s reply=%s requests=%d ms=%.2f", request.get("op"), reply.get("reply"),
+                  service.space.store.requests - before, (time.perf_counter() - start) * 1000)
+        return reply
+
+
+def configure_logging(name: str) -> None:
+    """Log this project's own lines to stderr at ``LNK_STORE_LOG``'s level; libraries stay at WARNING.
+
+    The level is set on the ``cloudstore`` logger only: at DEBUG, botocore's
+    and google-auth's loggers would write request headers (a session token,
+    an access key id, a signature) to stderr.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{name}: %(levelname)s %(message)s"))
+    logging.basicConfig(handlers=[handler], level=logging.WARNING)
+    level = os.environ.get("LNK_STORE_LOG", "WARNING").upper()
+    log.setLevel(level if level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") else "WARNING")
 
 
 def _usage(info: DriverInfo, why: str) -> int:
@@ -153,8 +169,7 @@ def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: Optional[T
     if command not in ("call", "serve"):
         return _usage(info, f"unknown command {command!r}")
 
-    logging.basicConfig(stream=sys.stderr, level=os.environ.get("LNK_STORE_LOG", "WARNING").upper(),
-                        format=f"{info.name}: %(levelname)s %(message)s")
+    configure_logging(info.name)
     sys.stdout = sys.stderr  # nothing but replies reaches the real stdout
     source = stdin or sys.stdin.buffer
     answerer = Answerer(info)

@@ -3,22 +3,40 @@
 Every handler first reads all of its arguments through ``validate`` (which
 raises ``RequestError`` on any broken rule) and only then touches the store,
 so a refused request changes nothing.
+
+``answer`` turns every failure into an error reply that says whether the
+operation may have changed anything.  That is a property of the whole
+operation, not of the request that failed last: an op whose first write
+landed and whose second request then failed says ``outcome unknown``, even
+if the failing request was a read.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import traceback
 from typing import Any, Callable
 
 from . import validate as v
 from .conversations import Conversations
 from .files import Files
+from .generations import StoreUnavailable
 from .jobs import Jobs
 from .leases import Leases
-from .space import Space
+from .space import Contention, Space
 from .tools import Tools
 
 Reply = dict[str, Any]
+
+UNKNOWN_WORDS = "outcome unknown: the change may or may not have been made"
+UNCHANGED_WORDS = "nothing was changed"
+
+log = logging.getLogger("cloudstore")
+
+
+def error(why: str) -> Reply:
+    return {"reply": "error", "error": why}
 
 
 class Service:
@@ -34,6 +52,30 @@ class Service:
         self.ops: dict[str, Callable[[dict, v.Agent], Reply]] = {
             name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")
         }
+
+    def answer(self, request: dict) -> Reply:
+        """The reply to ``request``; every failure becomes an error reply, never an exception.
+
+        An error names what went wrong and, unless the request was refused
+        before it acted, whether anything may have changed: any write that
+        landed or may have landed since the op began makes it ``outcome unknown``.
+        """
+        store = self.space.store
+        before = store.writes
+        try:
+            return self.handle(request)
+        except v.RequestError as exc:
+            return error(str(exc))
+        except (StoreUnavailable, Contention) as exc:
+            if "outcome unknown" in str(exc):
+                return error(str(exc))
+            unknown = store.writes > before or getattr(exc, "outcome_unknown", False)
+            return error(f"{exc}; {UNKNOWN_WORDS if unknown else UNCHANGED_WORDS}")
+        except Exception as exc:  # noqa: BLE001 - any failure is this request's error reply
+            log.error("request failed:\n%s", traceback.format_exc())
+            unknown = store.writes > before
+            return error(f"internal error ({type(exc).__name__}: {exc}); "
+                         f"{UNKNOWN_WORDS if unknown else UNCHANGED_WORDS}")
 
     def handle(self, request: dict) -> Reply:
         op = request.get("op")
@@ -66,7 +108,6 @@ class Service:
     def op_remove(self, req: dict, agent: v.Agent) -> Reply:
         thread = v.string(req, "thread")
         self.conversations.remove(agent, thread)
-        self.leases_.forget(agent, thread)
         return {"reply": "done"}
 
     # -- leases

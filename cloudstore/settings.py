@@ -2,6 +2,8 @@
 
 Parsing is separate from opening so that a malformed setting is an error
 *reply* naming the setting, while ``contract`` and ``--help`` never look.
+A reply names the setting and what is wrong with it, never its value: the
+bucket, prefix or folder is the operator's to see, not the caller's.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import unquote, urlsplit
 
-from .generations import Backend, RetryingStore
+from .generations import FAILPOINT, Backend, RetryingStore
 
 # GCS and S3 bucket names: lowercase letters, digits, dots, dashes, underscores.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
@@ -38,22 +40,22 @@ def parse_location(setting: str, value: Optional[str], schemes: tuple[str, ...])
         raise SettingError(f"{setting} is not set: it must be a URL ({allowed}...)")
     parts = urlsplit(value)
     if parts.scheme not in schemes:
-        raise SettingError(f"{setting}={value!r} is malformed: the URL must start {allowed}")
+        raise SettingError(f"{setting} is malformed: the URL must start {allowed}")
     if parts.query or parts.fragment:
-        raise SettingError(f"{setting}={value!r} is malformed: no query or fragment is allowed")
+        raise SettingError(f"{setting} is malformed: no query or fragment is allowed")
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost"):
-            raise SettingError(f"{setting}={value!r} is malformed: use file:///ABSOLUTE/FOLDER")
+            raise SettingError(f"{setting} is malformed: use file:///ABSOLUTE/FOLDER")
         folder = unquote(parts.path)
         if not folder.startswith("/") or folder.rstrip("/") == "":
-            raise SettingError(f"{setting}={value!r} is malformed: the folder must be absolute and not /")
+            raise SettingError(f"{setting} is malformed: the folder must be absolute and not /")
         return Location("file", os.path.normpath(folder), "")
     bucket = parts.netloc
     if not _BUCKET.match(bucket):
-        raise SettingError(f"{setting}={value!r} is malformed: {bucket!r} is not a valid bucket name")
+        raise SettingError(f"{setting} is malformed: the bucket name is not a valid one")
     prefix = parts.path.strip("/")
     if any(p in ("", ".", "..") for p in prefix.split("/")) and prefix:
-        raise SettingError(f"{setting}={value!r} is malformed: the prefix has an empty, '.' or '..' part")
+        raise SettingError(f"{setting} is malformed: the prefix has an empty, '.' or '..' part")
     return Location(parts.scheme, bucket, prefix + "/" if prefix else "")
 
 
@@ -73,5 +75,10 @@ def open_backend(location: Location) -> Backend:
 
 
 def open_store(location: Location) -> RetryingStore:
-    """The retrying, framing store every collection writes through."""
-    return RetryingStore(open_backend(location))
+    """The retrying, framing store every collection writes through.
+
+    ``LNK_STORE_FAILPOINT=N`` (tests only) makes the process kill itself
+    before its Nth store request, to prove every op whole after a crash.
+    """
+    die_at = os.environ.get(FAILPOINT, "")
+    return RetryingStore(open_backend(location), die_at=int(die_at) if die_at.isdigit() else None)

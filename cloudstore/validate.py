@@ -34,6 +34,23 @@ def _reject_constant(name: str) -> Any:
     raise RequestError(f"not valid JSON: {name} is not a JSON number")
 
 
+def _finite(text: str) -> float:
+    """A JSON number with a fraction or exponent, refused when no double holds it (1e999)."""
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise RequestError(f"the number {text[:40]} is too large for a double; nothing was changed")
+    return value
+
+
+def unicode_text(value: str, name: str) -> str:
+    """A name that is text: no lone surrogate (JSON's "\\ud800" escapes can make one), else refused."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise RequestError(f"{name!r} is not valid Unicode text (it holds a lone surrogate)") from exc
+    return value
+
+
 def parse_request(line: bytes | str) -> dict:
     """Parse one request line: valid JSON (no NaN/Infinity), an object."""
     try:
@@ -41,7 +58,7 @@ def parse_request(line: bytes | str) -> dict:
     except UnicodeDecodeError as exc:
         raise RequestError(f"request is not UTF-8: {exc}") from exc
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
     except RequestError:
         raise
     except (ValueError, RecursionError) as exc:
@@ -74,7 +91,7 @@ def string(req: dict, name: str) -> str:
     value = field(req, name)
     if not isinstance(value, str):
         raise RequestError(f"{name!r} must be a string")
-    return value
+    return unicode_text(value, name)
 
 
 def integer(req: dict, name: str, minimum: int = 0, maximum: Optional[int] = None, default: Optional[int] = None) -> int:
@@ -107,6 +124,9 @@ def agent(req: dict) -> Agent:
     owner = value.get("owner")
     if owner is not None and not isinstance(owner, str):
         raise RequestError("'agent.owner' must be a string or null")
+    unicode_text(agent_id, "agent.id")
+    if owner is not None:
+        unicode_text(owner, "agent.owner")
     return Agent(agent_id, owner)
 
 
@@ -208,6 +228,8 @@ def tools(req: dict) -> list[str]:
         raise RequestError(f"'tools' holds {len(value)} names, over {TOOLS_MAX}")
     if not all(isinstance(t, str) and t != "" for t in value):
         raise RequestError("'tools' must hold non-empty strings only")
+    for name in value:
+        unicode_text(name, "tools")
     seen: dict[str, None] = {}
     for name in value:
         seen.setdefault(name, None)

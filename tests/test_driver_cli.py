@@ -63,6 +63,8 @@ def test_missing_or_malformed_setting_is_an_error_reply_naming_it(program, setti
     assert code == 0 and len(lines) == 1
     reply = json.loads(lines[0])
     assert reply["reply"] == "error" and setting in reply["error"]
+    told = value.split("://", 1)[-1]
+    assert len(told) < 2 or told not in reply["error"], "the reply names the setting, never its value (a bucket, a folder)"
 
 
 def test_call_reads_one_request_and_prints_one_line(store):
