@@ -1,0 +1,116 @@
+"""What a simulated machine is made of, and what the seed decides besides the scheduler.
+
+A machine is ``Service(Space(RetryingStore(FaultyBackend(shared inner
+backend, name, plan, limbo), POLICY), prefix, pool=SerialPool()))``, reached
+through the driver's own ``Answerer`` so that a reply (error replies
+included) is exactly what the wire would carry.
+
+While a history runs, the seed also decides what the drivers would otherwise
+take from the OS or the clock (``seeded``): ``generations.entropy`` (nonces;
+job marks too, where ``jobs`` draws them from ``random``) is a seeded RNG, the
+CAS loops' backoff sleeps are skipped (only the scheduler orders machines),
+and ``conversations.SEGMENT`` is made small so that segments are packed
+within a history.  Everything is restored afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+import types
+from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
+
+import cloudstore.conversations as conversations
+import cloudstore.generations as generations
+import cloudstore.jobs as jobs
+from cloudstore.driver import BUCKET, Answerer, encode_reply
+from cloudstore.generations import Backend, RetryingStore, RetryPolicy
+from cloudstore.service import Service
+from cloudstore.space import Space
+
+#: Retries that never sleep: the scheduler orders everything.
+POLICY = RetryPolicy(attempts=6, first_delay=0.0, max_delay=0.0, deadline=60.0)
+SEGMENTS = (2, 3, 4, 5)  # conversations.SEGMENT, by seed
+
+
+class SerialPool:
+    """An executor for ``Space`` that runs everything in the calling thread: one thread per machine."""
+
+    def map(self, fn: Callable[..., Any], *iterables: Any) -> Iterator[Any]:
+        return iter([fn(*args) for args in zip(*iterables)])
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+        done: Future = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - handed to whoever waits on it, as an executor does
+            done.set_exception(exc)
+        return done
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[dict]:
+    """The drivers' randomness, sleeps and segment size as the seed says, for one history."""
+    rng = random.Random(f"entropy:{seed}")
+    knobs = {"segment": random.Random(f"knobs:{seed}").choice(SEGMENTS)}
+    saved: list[tuple[Any, str, Any]] = []
+
+    def patch(module: Any, name: str, value: Any) -> None:
+        saved.append((module, name, getattr(module, name)))
+        setattr(module, name, value)
+
+    def everywhere(name: str, value: Any) -> None:
+        """Wherever a cloudstore module holds the seam's ``name`` (imported by name or not)."""
+        original = getattr(generations, name, None)
+        for module in [m for n, m in sorted(sys.modules.items()) if n.startswith("cloudstore")]:
+            if original is not None and getattr(module, name, None) is original:
+                patch(module, name, value)
+
+    everywhere("entropy", rng.randbytes)
+    everywhere("backoff_sleep", lambda *args, **kwargs: None)
+    if isinstance(getattr(jobs, "random", None), types.ModuleType):  # marks drawn from random.SystemRandom
+        patch(jobs, "random", types.SimpleNamespace(SystemRandom=lambda: rng, Random=lambda *a: rng))
+    if hasattr(conversations, "SEGMENT"):
+        patch(conversations, "SEGMENT", knobs["segment"])
+    try:
+        yield knobs
+    finally:
+        for module, name, value in reversed(saved):
+            setattr(module, name, value)
+
+
+def answerer_on(store: RetryingStore, prefix: str) -> Callable[[dict], dict]:
+    """The driver's request handler on ``store``: a request dict in, the reply as the wire carries it out."""
+    answerer = Answerer(BUCKET)
+    answerer.service = Service(Space(store, prefix, pool=SerialPool()))  # type: ignore[arg-type]
+    return lambda request: json.loads(encode_reply(answerer.answer(json.dumps(request).encode("utf-8"))))
+
+
+class ConditionalDeletes:
+    """fake-gcs-server ignores ``ifGenerationMatch`` on delete (README, known limits); real GCS honours it.
+
+    This wrapper does what GCS does: a delete at a version first checks the
+    version.  The check and the delete are one step of the scheduler (no other
+    request runs between them), so it is as atomic as the real thing.
+    """
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+
+    def delete(self, key: str, version: Optional[str]) -> None:
+        if version is not None:
+            current = self.inner.get(key)
+            if current is None:
+                raise generations.NotFound(key)
+            if current[1] != version:
+                raise generations.PreconditionFailed(key)
+        self.inner.delete(key, version)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
