@@ -4,4 +4,4 @@ Kept import-free on purpose: ``lnk-gcs contract`` must answer without paying
 for google-cloud-storage or boto3.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
