@@ -106,12 +106,19 @@ class Answerer:
 
     def _service(self) -> Any:
         if self.service is None:
-            from .settings import open_store, parse_location
+            from .settings import SettingError, open_store, parse_location
             from .service import Service
             from .space import Space
 
             location = parse_location(self.info.setting, os.environ.get(self.info.setting), self.info.schemes)
-            self.service = Service(Space(open_store(location), location.prefix))
+            try:
+                store = open_store(location)
+            except Exception as exc:  # a folder that cannot be made, an SDK that finds no credentials
+                # The detail names folders and endpoints: the operator's log has it, the reply only its kind.
+                log.error("cannot open the store: %s", exc)
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+                raise SettingError(f"{self.info.setting} names a store that cannot be opened: {why}") from exc
+            self.service = Service(Space(store, location.prefix))
         return self.service
 
     def answer(self, line: bytes) -> dict:

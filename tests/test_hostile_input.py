@@ -145,3 +145,28 @@ def test_debug_logs_carry_the_projects_lines_and_never_a_credential(store, tmp_p
     assert "op=append" in text and "op=read" in text, text[-2000:]
     for word in ("x-amz-security-token", "Signature=", "Authorization", *secret.values()):
         assert word not in text, f"{word!r} in the driver's log"
+
+
+@pytest.mark.parametrize("program,setting", [("lnk-bucket-store", "LNK_BUCKET_URL"), ("lnk-gcs", "LNK_GCS_URL")])
+def test_a_store_that_cannot_be_opened_is_an_error_reply_that_names_no_place(program, setting, tmp_path) -> None:
+    """A folder that cannot be made once crashed ``call`` with a traceback and no reply line;
+    the reply names the setting and what failed, never the folder, bucket or endpoint."""
+    import os
+    import subprocess
+
+    blocker = tmp_path / "a-file-not-a-folder"
+    blocker.write_text("")
+    url = f"file://{blocker}/store" if setting == "LNK_BUCKET_URL" else "gs://hidden-bucket/prefix"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GOOGLE_APPLICATION_CREDENTIALS", "STORAGE_EMULATOR_HOST", "LNK_GCS_URL", "LNK_BUCKET_URL")}
+    env.update({setting: url, "HOME": str(tmp_path), "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),
+                "GCE_METADATA_HOST": "127.0.0.1:9", "GCE_METADATA_IP": "127.0.0.1:9", "NO_GCE_CHECK": "True"})
+    done = subprocess.run([program, "call"], input=line('{"op": "last", "agent": {"id": "a"}, "thread": "t"}'),
+                          capture_output=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    replies = done.stdout.decode().splitlines()
+    assert len(replies) == 1, done.stdout
+    reply = json.loads(replies[0])
+    assert reply["reply"] == "error" and reply["error"].startswith(f"{setting} names a store that cannot be opened")
+    for place in (str(tmp_path), "hidden-bucket", "a-file-not-a-folder"):
+        assert place not in reply["error"]
