@@ -28,6 +28,8 @@ from ..client import DriverError, ServeProcess, call_once, driver_env, program_a
 
 log = logging.getLogger("cloudstore.bridge")
 
+STDERR_LOGGED = 2000  # characters of a failed call's stderr kept in the bridge's log
+
 
 class DriverTimeout(Exception):
     """The driver took past the call's time; it was killed."""
@@ -283,9 +285,13 @@ class DriverPool:
         except subprocess.TimeoutExpired as exc:
             raise DriverTimeout(f"the driver took past {self.call_timeout:g} s and was stopped") from exc
         except OSError as exc:
-            raise DriverFailed(f"cannot run the driver: {exc}") from exc
+            log.warning("cannot run the driver: %s", exc)
+            raise DriverFailed(f"cannot run the driver ({type(exc).__name__})") from exc
         if code != 0 or len(lines) != 1:
-            raise DriverFailed(f"call exited {code} with {len(lines)} stdout lines; stderr: {err[-300:]}")
+            # The driver's stderr is the operator's, not the caller's: it may name
+            # folders, endpoints and buckets. It goes to the bridge's log, cut short.
+            log.warning("driver call exited %d with %d stdout lines; stderr ends: %s", code, len(lines), err[-STDERR_LOGGED:])
+            raise DriverFailed(f"call exited {code} with {len(lines)} stdout lines")
         return check_reply_line(lines[0]).encode("utf-8")
 
     # -- the end -------------------------------------------------------------
