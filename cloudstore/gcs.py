@@ -97,6 +97,14 @@ class GCSBackend:
         adapter = HTTPAdapter(pool_connections=4, pool_maxsize=32, max_retries=0)
         self.client._http.mount("https://", adapter)
         self.client._http.mount("http://", adapter)
+        # google-cloud-storage 3.x reads the bucket's metadata (project number,
+        # location) in a background thread for its tracing, and checks that
+        # the bucket exists after an object's 404: requests the driver never
+        # asked for, each needing storage.buckets.get, which deploy/gcs's role
+        # does not grant (it grants objects under one prefix, nothing more).
+        # With no cache the library skips both (it tests the attribute first).
+        if getattr(self.client, "_bucket_metadata_cache", None) is not None:
+            self.client._bucket_metadata_cache = None
         self.bucket = self.client.bucket(bucket)
         self.bucket_name = bucket
         self.timeout = timeout

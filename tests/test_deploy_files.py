@@ -168,6 +168,18 @@ def test_emulators_are_pinned_and_agree_with_the_container_tests(services):
     assert image_default(services["fake-gcs-init"]["image"]) == image_default(services["fake-gcs"]["image"])
 
 
+def test_every_compose_image_and_the_dockerfile_base_are_pinned(services):
+    """A moving tag (``latest``, or none) changes what the suite runs against without a commit."""
+    for name, service in services.items():
+        if "image" not in service:
+            continue
+        image = image_default(service["image"])
+        _, _, tag = image.partition(":")
+        assert tag and not tag.startswith("latest"), f"{name}: {image} is not pinned to a version"
+    bases = [args for op, args in dockerfile_instructions(DEPLOY / "Dockerfile") if op == "FROM"]
+    assert bases and all(re.search(r"@sha256:[0-9a-f]{64}\b", b) for b in bases), bases
+
+
 def _healthcheck(service: dict) -> list[str]:
     check = service.get("healthcheck") or {}
     test = check.get("test")
@@ -409,20 +421,27 @@ def test_gcs_role_has_exactly_the_object_permissions():
     assert "storage.objects.delete" in (DEPLOY / "gcs/iam-role.yaml").read_text().split("includedPermissions")[0]
 
 
-def eval_cel(expression: str, resource_type: str, name: str) -> bool:
-    """Evaluate the condition's small CEL subset (==, &&, ||, startsWith, parentheses) in Python."""
-    assert re.fullmatch(r'[\sA-Za-z_.()"/=|&:-]+', expression), expression
+def eval_cel(expression: str, resource_type: str, name: str, list_prefix: str = "") -> bool:
+    """Evaluate the condition's small CEL subset (==, &&, ||, startsWith, parentheses,
+    api.getAttribute of the list prefix) in Python."""
+    assert re.fullmatch(r'[\sA-Za-z_.()"/=|&:,-]+', expression), expression
     py = expression.replace("&&", " and ").replace("||", " or ").replace(".startsWith(", ".startswith(")
 
     class Resource:
         pass
 
+    class Api:
+        @staticmethod
+        def getAttribute(attribute: str, default: str) -> str:  # noqa: N802 - CEL's name
+            assert attribute == "storage.googleapis.com/objectListPrefix", attribute
+            return list_prefix if resource_type.endswith("/Bucket") else default
+
     res = Resource()
     res.type, res.name = resource_type, name  # type: ignore[attr-defined]
-    return bool(eval(py, {"__builtins__": {}}, {"resource": res}))  # noqa: S307 - our own file, checked above
+    return bool(eval(py, {"__builtins__": {}}, {"resource": res, "api": Api}))  # noqa: S307 - our own file, checked above
 
 
-def test_gcs_condition_limits_objects_to_the_prefix_and_lets_the_bucket_be_listed():
+def test_gcs_condition_limits_objects_and_listing_to_the_prefix():
     cond = load("gcs/iam-binding-condition.json")
     assert cond["title"] and cond["expression"]
     assert len(cond["title"]) <= 100
@@ -433,8 +452,13 @@ def test_gcs_condition_limits_objects_to_the_prefix_and_lets_the_bucket_be_liste
     assert not eval_cel(expr, obj, "projects/_/buckets/BUCKET/objects/PREFIXX/a")
     assert not eval_cel(expr, obj, "projects/_/buckets/BUCKET/objects/other/a")
     assert not eval_cel(expr, obj, "projects/_/buckets/OTHER/objects/PREFIX/a")
-    assert eval_cel(expr, bucket, "projects/_/buckets/BUCKET"), "list is checked on the bucket"
-    assert not eval_cel(expr, bucket, "projects/_/buckets/OTHER")
+    # list is checked on the bucket, with the listing's prefix as an attribute
+    assert eval_cel(expr, bucket, "projects/_/buckets/BUCKET", list_prefix="PREFIX/")
+    assert eval_cel(expr, bucket, "projects/_/buckets/BUCKET", list_prefix="PREFIX/_due/")
+    assert not eval_cel(expr, bucket, "projects/_/buckets/BUCKET", list_prefix=""), "the whole bucket is not listed"
+    assert not eval_cel(expr, bucket, "projects/_/buckets/BUCKET", list_prefix="PREFIXX/")
+    assert not eval_cel(expr, bucket, "projects/_/buckets/BUCKET", list_prefix="other/")
+    assert not eval_cel(expr, bucket, "projects/_/buckets/OTHER", list_prefix="PREFIX/")
 
 
 # --------------------------------------------------------------------------
@@ -443,7 +467,7 @@ def test_gcs_condition_limits_objects_to_the_prefix_and_lets_the_bucket_be_liste
 
 def test_dockerfile_installs_with_pip_install_dot_as_a_non_root_user():
     steps = dockerfile_instructions(DEPLOY / "Dockerfile")
-    assert steps[0] == ("FROM", "python:3.11-slim")
+    assert steps[0][0] == "FROM" and steps[0][1].startswith("python:3.11-slim@sha256:")
     runs = [args for op, args in steps if op == "RUN"]
     installs = [r for r in runs if re.search(r"\bpip install\b", r)]
     assert len(installs) == 1, installs
