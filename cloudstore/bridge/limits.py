@@ -3,6 +3,14 @@
 Calls over a limit are answered ``busy`` at once rather than queued: a caller
 that is told to come back later can decide what to do, one left waiting in a
 queue behind a stuck driver cannot.
+
+Two kinds of limit live here. The contract's (store-interface.txt, "Its
+limits"): 16 proved calls, 8 of one agent, 4 drivers, 5 s for a request.
+And the bridge's own, which keep callers who have proved nothing from
+costing more than a bounded amount (``max_pending``, ``max_proof_bytes``) and
+keep proved callers' request lines within a memory budget
+(``request_budget_bytes``), so that the bridge's memory has a bound whatever
+it is sent (see ``StoreBridge``'s docstring for the figure).
 """
 
 from __future__ import annotations
@@ -11,21 +19,30 @@ import threading
 from dataclasses import dataclass
 from typing import Hashable
 
+KiB = 1024
 MiB = 1024 * 1024
 
 
 @dataclass(frozen=True)
 class Limits:
-    """The contract's limits (store-interface.txt, "Its limits"), settable for tests."""
+    """The contract's limits (store-interface.txt, "Its limits") and the bridge's own, settable for tests."""
 
-    max_calls: int = 16  # proved calls at once, every agent together
+    max_calls: int = 16  # proved calls at once, every agent together; also the most worker threads
     max_calls_per_agent: int = 8
     max_drivers: int = 4  # driver processes at once, kept or run once
     request_timeout: float = 5.0  # from connecting to the proof, and from the proof to the request line
     call_timeout: float = 30.0  # one driver call; also the longest wait for a free driver
-    max_pending: int = 64  # connections not yet proved; more are answered busy
-    max_proof_bytes: int = 1 * MiB
+    # Connections not yet proved, held at once (also cut to fit the fd limit at start). One more
+    # evicts the oldest of them: a flood can never lock out a prompt caller, it only churns itself.
+    max_pending: int = 1024
+    # The least bound of a proof line. A proof line is a few hundred bytes; the bound is raised,
+    # per bridge, to fit the longest agent it serves with every character escaped (proof.proof_line_bound).
+    max_proof_bytes: int = 4 * KiB
     max_request_bytes: int = 16 * MiB  # a 4 MiB file as base64 in JSON fits with room
+    # Bytes that proved calls' request lines may cost at once: buffered while read, the cost of
+    # parsing them (cost.parse_cost), and the copies passed to a driver. Over it: busy; a single
+    # request that alone would cost more is refused.
+    request_budget_bytes: int = 160 * MiB
 
 
 class Busy(Exception):
@@ -68,21 +85,49 @@ class CallSlots:
             return self._count if agent is None else self._by_agent.get(agent, 0)
 
 
-class Counter:
-    """A bounded count of things under way (connections not yet proved)."""
+class ByteBudget:
+    """A bounded number of bytes, held by calls in ``Hold``s that grow and shrink.
 
-    def __init__(self, most: int) -> None:
-        self.most = most
+    Growing past what is left fails at once (the caller answers ``busy``)
+    instead of waiting: memory is the one thing a bridge cannot get back by
+    waiting for a stuck caller.
+    """
+
+    def __init__(self, total: int) -> None:
+        self.total = total
         self._lock = threading.Lock()
-        self._count = 0
+        self._used = 0
 
-    def take(self) -> bool:
+    @property
+    def used(self) -> int:
         with self._lock:
-            if self._count >= self.most:
+            return self._used
+
+    def hold(self) -> "Hold":
+        """A hold of zero bytes, to be grown with ``Hold.resize`` and ended with ``Hold.release``."""
+        return Hold(self)
+
+    def _change(self, delta: int) -> bool:
+        with self._lock:
+            if delta > 0 and self._used + delta > self.total:
                 return False
-            self._count += 1
+            self._used += delta
             return True
 
-    def give_back(self) -> None:
-        with self._lock:
-            self._count -= 1
+
+class Hold:
+    """One call's share of a ``ByteBudget``."""
+
+    def __init__(self, budget: ByteBudget) -> None:
+        self.budget = budget
+        self.size = 0
+
+    def resize(self, size: int) -> bool:
+        """Hold exactly ``size`` bytes; False (holding what it held) when growing does not fit."""
+        if not self.budget._change(size - self.size):
+            return False
+        self.size = size
+        return True
+
+    def release(self) -> None:
+        self.resize(0)

@@ -2,13 +2,21 @@
 
 Both ends of the bridge speak newline-ended lines; a reader must never wait
 forever (a caller that proves and then says nothing) nor buffer without end
-(a caller that never sends a newline).
+(a caller that never sends a newline). A reader may also hold its buffer
+against a byte budget (``limits.Hold``): the bytes a proved caller has sent
+but the bridge has not yet dealt with are the bridge's memory, and many
+callers at once must not add up past the budget.
 """
 
 from __future__ import annotations
 
 import socket
 import time
+from typing import Optional
+
+from .limits import Hold
+
+CHUNK = 65536
 
 
 class LineTimeout(Exception):
@@ -23,12 +31,24 @@ class LineClosed(Exception):
     """The peer closed the connection before a line began."""
 
 
-class LineReader:
-    """Reads line after line from one socket, keeping what follows a newline."""
+class LineOverBudget(Exception):
+    """Buffering more of the line would take the bridge past its byte budget."""
 
-    def __init__(self, sock: socket.socket) -> None:
+
+class LineReader:
+    """Reads line after line from one socket, keeping what follows a newline.
+
+    ``start`` is what was read from the socket already (the bytes after the
+    proof line's newline, read by the bridge's gate). With ``hold``, twice
+    the buffered bytes (the buffer and the line copied out of it) plus the
+    chunk about to be read are held in it before each read: a read that
+    does not fit raises LineOverBudget. The caller releases the hold.
+    """
+
+    def __init__(self, sock: socket.socket, start: bytes = b"", hold: Optional[Hold] = None) -> None:
         self.sock = sock
-        self._buf = bytearray()
+        self._buf = bytearray(start)
+        self.hold = hold
         self.lines_read = 0
 
     def read_line(self, deadline: float, limit: int) -> bytes:
@@ -40,8 +60,11 @@ class LineReader:
         while True:
             end = self._buf.find(b"\n", searched)
             if end >= 0:
-                line = bytes(self._buf[:end])
-                del self._buf[: end + 1]
+                with memoryview(self._buf) as view:
+                    line = view[:end].tobytes()  # one copy, not a bytearray slice and then another
+                    rest = view[end + 1:].tobytes()
+                # A fresh buffer: one emptied in place keeps its capacity (the line's size) while the line is used.
+                self._buf = bytearray(rest)
                 if len(line) > limit:
                     raise LineTooLong(f"line of {len(line)} bytes, over {limit}")
                 self.lines_read += 1
@@ -52,9 +75,12 @@ class LineReader:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise LineTimeout("no whole line in time")
+            size = min(CHUNK, limit + 1 - len(self._buf))
+            if self.hold is not None and not self.hold.resize(max(self.hold.size, 2 * (len(self._buf) + size))):
+                raise LineOverBudget(f"{len(self._buf) + size} bytes buffered would be past the bridge's budget")
             self.sock.settimeout(remaining)
             try:
-                chunk = self.sock.recv(65536)
+                chunk = self.sock.recv(size)
             except socket.timeout as exc:
                 raise LineTimeout("no whole line in time") from exc
             except OSError as exc:
@@ -62,7 +88,7 @@ class LineReader:
             if not chunk:
                 if self._buf:
                     line = bytes(self._buf)
-                    self._buf.clear()
+                    self._buf = bytearray()
                     self.lines_read += 1
                     return line
                 raise LineClosed("closed before a line")

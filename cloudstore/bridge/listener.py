@@ -5,6 +5,11 @@ mode from the socket), and checked after bind before listen; no connection
 can arrive before ``listen``, so there is no moment when another user could
 connect. An existing socket is never chmod-ed: the mode of a path in a folder
 others write is not the bridge's safety anyway, the proof is.
+
+``fd_room`` says how many connections the gate may hold, from the process's
+file-descriptor limit, which the bridge logs at start: at the limit
+``accept`` fails (EMFILE), and a limit set too low (systemd's default soft
+limit is 1,024) is worth seeing in the log before a flood shows it.
 """
 
 from __future__ import annotations
@@ -13,6 +18,15 @@ import errno
 import os
 import socket
 import stat
+from typing import TYPE_CHECKING, Union
+
+if TYPE_CHECKING:
+    from .limits import Limits
+
+try:
+    import resource
+except ImportError:  # not a POSIX system
+    resource = None  # type: ignore[assignment]
 
 
 class SocketInUse(Exception):
@@ -71,3 +85,31 @@ def remove_if_ours(path: str, ident: tuple[int, int]) -> None:
         return
     if (info.st_dev, info.st_ino) == ident:
         os.unlink(path)
+
+
+def fd_room(limits: "Limits") -> tuple[Union[int, str], Union[int, str], int, int]:
+    """(soft limit, hard limit, descriptors open now, connections the gate may hold).
+
+    The gate holds at most ``limits.max_pending`` unproved connections, and
+    fewer when the soft limit leaves less room: descriptors open now, and a
+    reserve for proved calls (a socket each), driver processes (three pipes
+    each) and the process's own, stay free, so that a flood of unproved
+    connections meets the gate's own bound (evicting the oldest) before
+    the fd limit. At least 8 are held whatever the limit.
+    """
+    try:
+        open_now = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        open_now = 0
+    if resource is None:
+        return "unknown", "unknown", open_now, max(8, limits.max_pending)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    reserve = 32 + 2 * limits.max_calls + 4 * limits.max_drivers
+    most = limits.max_pending
+    if soft != resource.RLIM_INFINITY:
+        most = min(most, soft - open_now - reserve)
+
+    def shown(n: int) -> Union[int, str]:
+        return "unlimited" if n == resource.RLIM_INFINITY else n
+
+    return shown(soft), shown(hard), open_now, max(8, most)

@@ -67,24 +67,95 @@ def parse_key(text: str) -> bytes:
     return key
 
 
-def read_key_file(path: str | os.PathLike[str]) -> bytes:
-    """The agent's key from its own file, refused when others may read or write it.
+KEY_FILE_MAX = 64 * 1024  # more than any key line; a key file is read no further
 
-    The mode is judged on the opened file (fstat), so the file checked is the
-    file read (a link to it is followed, as secret mounts use links). Group or other access of any kind is refused, as ssh refuses a
-    private key: whoever may write the key may also prove as the agent.
+
+def _opened_key(path: str) -> int:
+    """The key file opened for reading, without waiting on anything.
+
+    O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer, and
+    would hang the bridge's start for good. Links are followed (secret mounts
+    are links); what was opened is judged by fstat afterwards.
     """
-    fd = os.open(os.fspath(path), os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+    return os.open(path, flags)
+
+
+def _trusted_owner(uid: int) -> bool:
+    """The user this process runs as, or root: no one else may own the key or its folders."""
+    return uid in (os.geteuid(), 0)
+
+
+def _folders_of(path: str) -> list[str]:
+    """Every folder whose writer could put another key at ``path``: those above
+    the path as given (where a link may sit) and above the file it names."""
+    seen: list[str] = []
+    for start in (os.path.dirname(os.path.abspath(path)), os.path.dirname(os.path.realpath(path))):
+        folder = start
+        while True:
+            if folder not in seen:
+                seen.append(folder)
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                break
+            folder = parent
+    return seen
+
+
+def check_key_folders(path: str) -> None:
+    """Refuse a key that someone other than this user (or root) could replace.
+
+    Every folder above the key file, and above the file a link names, must
+    be owned by this user or root, and be writable by no group or other user
+    unless it is sticky (as /tmp is: there, others can add files but not
+    remove or rename ours, and a file of theirs fails the owner check). A
+    link given as the key file must be owned by this user or root as well.
+    """
+    given = os.path.abspath(path)
+    link = os.lstat(given)
+    if stat.S_ISLNK(link.st_mode) and not _trusted_owner(link.st_uid):
+        raise KeyFileError(f"{path}: a link owned by uid {link.st_uid}, neither this user nor root")
+    for folder in _folders_of(given):
+        info = os.stat(folder)
+        if not _trusted_owner(info.st_uid):
+            raise KeyFileError(f"{path}: folder {folder} is owned by uid {info.st_uid}, neither this user nor root")
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            raise KeyFileError(
+                f"{path}: folder {folder} (mode {stat.S_IMODE(info.st_mode):04o}) lets others replace the key; "
+                "make it writable by its owner only"
+            )
+
+
+def read_key_file(path: str | os.PathLike[str]) -> bytes:
+    """The agent's key from its own file, refused when anyone else may read, write or replace it.
+
+    The file is opened without blocking and judged on the opened file
+    (fstat), so the file checked is the file read: it must be a regular file
+    (a FIFO or a device is refused, never waited on), owned by this user or
+    root, with no group or other access of any kind, as ssh refuses a
+    private key: whoever may write the key may also prove as the agent. Its
+    folders are judged by ``check_key_folders``. A key of one byte repeated
+    (all zeros: a placeholder never filled in) is refused.
+    """
+    name = os.fspath(path)
+    fd = _opened_key(name)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise KeyFileError(f"{path}: not a regular file")
+        if not _trusted_owner(info.st_uid):
+            raise KeyFileError(f"{path}: owned by uid {info.st_uid}, neither this user ({os.geteuid()}) nor root")
         if info.st_mode & 0o077:
             raise KeyFileError(
                 f"{path}: mode {stat.S_IMODE(info.st_mode):04o} lets group or others at the key; make it 0600"
             )
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read(64 * 1024 + 1)
+        check_key_folders(name)
+        raw = b""
+        while len(raw) <= KEY_FILE_MAX:
+            chunk = os.read(fd, KEY_FILE_MAX + 1 - len(raw))
+            if not chunk:
+                break
+            raw += chunk
     finally:
         os.close(fd)
     try:
@@ -92,9 +163,25 @@ def read_key_file(path: str | os.PathLike[str]) -> bytes:
     except UnicodeDecodeError as exc:
         raise KeyFileError(f"{path}: the key is not hex") from exc
     try:
-        return parse_key(text)
+        key = parse_key(text)
     except KeyFileError as exc:
         raise KeyFileError(f"{path}: {exc}") from exc
+    if len(set(key)) == 1:
+        raise KeyFileError(f"{path}: the key is one byte repeated ({key[:1].hex()}), not a random key")
+    return key
+
+
+def proof_line_bound(owner: Optional[str], agent_id: str, least: int) -> int:
+    """The longest proof line the bridge reads for this agent: at least ``least``.
+
+    The contract sets no length for an id or owner, so the bound follows the
+    agents served: each UTF-8 byte of their names may be sent escaped in at
+    most 6 bytes (``\\u0001``; an astral character's 4 bytes as 12), and 512
+    bytes cover the rest (keys, the 64-digit proof, spaces). A line naming an
+    agent not served cannot be proved anyway, so nothing longer is worth reading.
+    """
+    names = len(agent_id.encode("utf-8", "surrogatepass")) + len((owner or "null").encode("utf-8", "surrogatepass"))
+    return max(least, 6 * names + 512)
 
 
 def new_key_hex(size: int = KEY_MIN) -> str:

@@ -2,20 +2,42 @@
 
 One connection is one call (wire.md, "Through the store bridge"): a proof
 line, then within ``request_timeout`` one request line, answered with one
-reply line. Each connection gets a thread of its own; the limits of
-``Limits`` bound how many of them hold a call or a driver at once.
+reply line.
 
 Nothing reaches a driver until the caller has proved it is one of the agents
 this bridge serves, the request names that same agent, and the request
 passes every check of ``rules``. The bridge's own answers are error replies
 whose first word says which: ``refused``, ``busy``, ``timeout``, ``driver``.
+
+What a caller can cost, proved or not (so that no one without a key can deny
+service, and no one with one can take the bridge's memory):
+
+* Before its proof, a connection is held by the gate (``gate.Gate``): one
+  thread for all of them, a buffer of at most the proof line's bound (4 KiB,
+  or what the longest served agent's name needs escaped) and a deadline of
+  ``request_timeout``. At most ``max_pending`` are held (fewer if the fd limit
+  is low); one more evicts the oldest, so a flood churns itself while a
+  prompt caller is read at once.
+* A proved call holds a slot (``max_calls``, ``max_calls_per_agent``) and runs
+  on a pool of at most ``max_calls`` threads (``workers.WorkerPool``).
+* Its request line is held against a byte budget (``request_budget_bytes``,
+  160 MiB): twice the bytes buffered while it is read, then what parsing it
+  may cost (``cost.parse_cost``, an upper bound measured on the worst JSON),
+  then the line and its copy while a driver answers. Over the budget the
+  call is answered ``busy``; a line that alone would cost more is refused.
+
+So the bridge's memory is bounded whatever callers send: about the
+interpreter's own (~30 MiB), plus the budget, plus ``max_pending`` times a
+few KiB, plus what drivers answer (reply lines are the drivers', and are not
+bounded here): under 256 MiB with the default limits and replies of a few MiB
+(measured: 151 MiB peak with six agents sending 16 MiB lines at once). That
+holds with glibc's mmap threshold pinned (``memory``), done at ``start``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import selectors
 import socket
 import threading
 import time
@@ -25,16 +47,22 @@ from typing import Iterable, Mapping, Optional, Sequence
 from ..client import dumps
 from ..validate import Agent
 from . import rules
+from .cost import call_cost, parse_cost
 from .drivers import Contract, DriverFailed, DriverPool, DriverTimeout, NoDriverFree, read_contract
-from .limits import Busy, CallSlots, Counter, Limits
-from .lines import LineClosed, LineReader, LineTimeout, LineTooLong, finish, send_line
-from .listener import listen_private, remove_if_ours
-from .proof import PROOF_RE, proof_matches
+from .gate import Gate
+from .limits import Busy, ByteBudget, CallSlots, Hold, Limits, MiB
+from .lines import LineClosed, LineOverBudget, LineReader, LineTimeout, LineTooLong, finish, send_line
+from .listener import fd_room, listen_private, remove_if_ours
+from .memory import pin_mmap_threshold
+from .proof import PROOF_RE, proof_line_bound, proof_matches
+from .ratelog import RateLog
 from .rules import Refused
+from .workers import PoolBusy, WorkerPool
 
 log = logging.getLogger("cloudstore.bridge")
 
 SOCKET_NAME = ".link-store.sock"
+LISTEN_BACKLOG = 1024  # a flood fills the backlog between the gate's turns; a caller's connect should not wait on it
 _UNKNOWN_KEY = os.urandom(32)  # proofs for agents not served are still checked, at the same cost
 
 
@@ -70,32 +98,36 @@ class StoreBridge:
         contract: Optional[Contract] = None,
     ) -> None:
         self.socket_path = os.path.join(os.fspath(harness_dir), SOCKET_NAME)
+        self.limits = limits
+        self.proof_bound = limits.max_proof_bytes  # raised by add_agent for long names
         self.agents: dict[Agent, AgentSpec] = {}
         for spec in agents:
             self.add_agent(spec)
         self.driver = driver
         self.driver_env = dict(driver_env or {})
-        self.limits = limits
         self.contract = contract
         self.slots = CallSlots(limits.max_calls, limits.max_calls_per_agent)
-        self._pending = Counter(limits.max_pending)
+        self.budget = ByteBudget(limits.request_budget_bytes)
+        self.workers = WorkerPool(limits.max_calls)
         self.pool: Optional[DriverPool] = None
+        self.gate: Optional[Gate] = None
         self._sock: Optional[socket.socket] = None
         self._ident: Optional[tuple[int, int]] = None
-        self._wake: Optional[tuple[socket.socket, socket.socket]] = None  # wakes the accept loop to stop
-        self._threads: set[threading.Thread] = set()
-        self._threads_lock = threading.Lock()
+        self._wake: Optional[tuple[socket.socket, socket.socket]] = None  # wakes the gate to stop
         self._accepter: Optional[threading.Thread] = None
         self._stopping = threading.Event()
+        self._log = RateLog(log)
 
     def add_agent(self, spec: AgentSpec) -> None:
         """Serve one more agent, also while running (a test harness meets agents as it goes).
 
         The table is replaced, never changed in place, so a proof being
-        checked meanwhile sees it whole, before or after.
+        checked meanwhile sees it whole, before or after. The proof line's
+        bound grows to fit the agent's name, however it is escaped.
         """
         if spec.agent in self.agents:
             raise ValueError(f"agent {_name(spec.agent)} is given twice")
+        self.proof_bound = max(self.proof_bound, proof_line_bound(spec.owner, spec.id, self.limits.max_proof_bytes))
         self.agents = {**self.agents, spec.agent: spec}
 
     # -- life ----------------------------------------------------------------
@@ -106,13 +138,28 @@ class StoreBridge:
             # Not a call: a slow first start (an SDK's imports) must not stop the bridge starting.
             self.contract = read_contract(self.driver, self.driver_env, max(self.limits.call_timeout, 30.0))
         self.pool = DriverPool(self.driver, self.contract, self.limits.max_drivers, self.limits.call_timeout)
-        self._sock, self._ident = listen_private(self.socket_path)
+        soft, hard, open_now, most = fd_room(self.limits)
+        pinned = pin_mmap_threshold()
+        self._sock, self._ident = listen_private(self.socket_path, LISTEN_BACKLOG)
         self._wake = socket.socketpair()
-        self._accepter = threading.Thread(target=self._accept_loop, name="bridge-accept", daemon=True)
+        self.gate = Gate(
+            self._sock, self._wake[0], self._on_line, lambda: self.proof_bound,
+            timeout=self.limits.request_timeout, most=most,
+            evicted_reply=self._error("busy: too many connections waiting to prove who they are; the oldest is dropped"),
+        )
+        self._accepter = threading.Thread(target=self._gate_loop, name="bridge-gate", daemon=True)
         self._accepter.start()
         log.info(
             "store bridge at %s for %d agent(s), driver %s (%s)",
             self.socket_path, len(self.agents), self.driver, self.contract,
+        )
+        log.info(
+            "file descriptors: limit %s (hard %s), %d open; holding at most %d connections not yet proved",
+            soft, hard, open_now, most,
+        )
+        log.info(
+            "request lines: at most %d MiB at once%s", self.limits.request_budget_bytes // MiB,
+            "" if pinned else " (malloc's mmap threshold could not be pinned: freed memory may be kept)",
         )
         return self
 
@@ -129,11 +176,7 @@ class StoreBridge:
             self._sock.close()
             if self._ident is not None:
                 remove_if_ours(self.socket_path, self._ident)
-        deadline = time.monotonic() + self.limits.request_timeout + self.limits.call_timeout
-        with self._threads_lock:
-            threads = list(self._threads)
-        for thread in threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
+        self.workers.close(time.monotonic() + self.limits.request_timeout + self.limits.call_timeout)
         if self.pool is not None:
             self.pool.close()
         for end in self._wake or ():
@@ -148,76 +191,88 @@ class StoreBridge:
 
     # -- connections ---------------------------------------------------------
 
-    def _accept_loop(self) -> None:
-        assert self._sock is not None and self._wake is not None
-        wake = self._wake[0]
-        with selectors.DefaultSelector() as sel:
-            sel.register(self._sock, selectors.EVENT_READ)
-            sel.register(wake, selectors.EVENT_READ)
-            while not self._stopping.is_set():
-                for key, _ in sel.select():
-                    if key.fileobj is wake:
-                        return
-                    try:
-                        conn, _ = self._sock.accept()
-                    except OSError as exc:
-                        log.warning("accept failed: %s", exc)
-                        continue
-                    thread = threading.Thread(target=self._connection, args=(conn,), daemon=True)
-                    with self._threads_lock:
-                        self._threads.add(thread)
-                    thread.start()
-
-    def _connection(self, conn: socket.socket) -> None:
+    def _gate_loop(self) -> None:
+        assert self.gate is not None
         try:
-            reader = LineReader(conn)
-            reply = self._exchange(conn, reader)
-            if reply is not None:
-                send_line(conn, reply, self.limits.request_timeout)
-            # Answered before its request was read (refused, busy): the caller may still be sending.
-            finish(conn, drain_seconds=0.0 if reader.lines_read >= 2 else 1.0)
-        except Exception:  # a bug here must cost one connection, never the bridge
-            log.exception("connection failed")
-            conn.close()
-        finally:
-            with self._threads_lock:
-                self._threads.discard(threading.current_thread())
+            self.gate.run()
+        except BaseException:
+            log.exception("the bridge's gate failed; no more calls are taken")
+            raise
 
-    def _exchange(self, conn: socket.socket, reader: LineReader) -> Optional[bytes]:
-        """The reply line for one connection, or None to close without one."""
-        limits = self.limits
-        if not self._pending.take():
-            return self._error("busy: too many connections waiting to prove who they are")
+    def _on_line(self, sock: socket.socket, line: bytes, rest: bytes) -> Optional[bytes]:
+        """A proof line, on the gate's thread: the answer, or None when the call was handed to a worker.
+
+        Cheap by construction (a line of a few KiB, one HMAC), so the gate
+        never waits on a proved call.
+        """
         try:
-            try:
-                line = reader.read_line(time.monotonic() + limits.request_timeout, limits.max_proof_bytes)
-                spec = self._prove(line)
-            except (LineClosed, LineTimeout) as exc:
-                log.info("connection closed without a proof: %s", exc)
-                return None
-            except LineTooLong as exc:
-                return self._error(f"refused: proof {exc}")
-            except Refused as exc:
-                log.warning("refused a proof: %s", exc)
-                return self._error(f"refused: {exc}")
-        finally:
-            self._pending.give_back()
+            spec = self._prove(line)
+        except Refused as exc:
+            self._log(logging.WARNING, "refused-proof", "refused a proof: %s", exc)
+            return self._error(f"refused: {exc}")
         try:
             self.slots.take(spec.agent)
         except Busy as exc:
-            log.warning("busy for %s: %s", spec.agent, exc)
+            self._log(logging.WARNING, "busy", "busy for %s: %s", _name(spec.agent), exc)
             return self._error(f"busy: {exc}")
         try:
-            try:
-                line = reader.read_line(time.monotonic() + limits.request_timeout, limits.max_request_bytes)
-            except (LineClosed, LineTimeout) as exc:
-                log.warning("%s proved but sent no request within %g s: %s", spec.agent, limits.request_timeout, exc)
-                return None
-            except LineTooLong as exc:
-                return self._error(f"refused: request {exc}")
-            return self._call(spec, line)
-        finally:
+            self.workers.submit(lambda: self._proved_call(sock, spec, rest))
+        except PoolBusy as exc:
             self.slots.give_back(spec.agent)
+            self._log(logging.WARNING, "busy", "busy for %s: %s", _name(spec.agent), exc)
+            return self._error(f"busy: {exc}")
+        return None
+
+    def _proved_call(self, sock: socket.socket, spec: AgentSpec, rest: bytes) -> None:
+        """One proved connection, on a worker: read the request, answer it, close.
+
+        The slot and the bytes are given back before the answer is sent, as
+        the call is over then: a caller that reads its answer (or sees the
+        connection closed) and calls again finds its slot free.
+        """
+        hold = self.budget.hold()
+        reader: Optional[LineReader] = None
+        try:
+            try:
+                sock.setblocking(True)
+                reader = LineReader(sock, rest, hold)
+                reply = self._request(spec, reader, hold)
+            finally:
+                hold.release()
+                self.slots.give_back(spec.agent)
+            assert reader is not None
+            if reply is not None:
+                send_line(sock, reply, self.limits.request_timeout)
+            # Answered before its request was read (refused, busy): the caller may still be sending.
+            finish(sock, drain_seconds=0.0 if reader.lines_read >= 1 else 1.0)
+        except Exception:  # a bug here must cost one connection, never the bridge
+            log.exception("connection failed")
+            sock.close()
+
+    def _request(self, spec: AgentSpec, reader: LineReader, hold: Hold) -> Optional[bytes]:
+        """The reply line for a proved call, or None to close without one."""
+        limits = self.limits
+        try:
+            line = reader.read_line(time.monotonic() + limits.request_timeout, limits.max_request_bytes)
+        except (LineClosed, LineTimeout) as exc:
+            log.warning("%s proved but sent no request within %g s: %s", spec.agent, limits.request_timeout, exc)
+            return None
+        except LineTooLong as exc:
+            return self._error(f"refused: request {exc}")
+        except LineOverBudget as exc:
+            self._log(logging.WARNING, "budget", "busy for %s: %s", _name(spec.agent), exc)
+            return self._error(f"busy: reading requests already holds the bridge's memory budget ({exc})")
+        cost = parse_cost(line)
+        if cost > self.budget.total:
+            return self._error(
+                f"refused: request would take {cost / MiB:.0f} MiB to check, over the bridge's "
+                f"{self.budget.total / MiB:.0f} MiB for requests (too many JSON values)"
+            )
+        if not hold.resize(cost):
+            self._log(logging.WARNING, "budget", "busy for %s: no room to check a request of %d bytes", _name(spec.agent), len(line))
+            return self._error(f"busy: checking requests already holds the bridge's memory budget "
+                               f"({self.budget.total / MiB:.0f} MiB)")
+        return self._call(spec, line, hold)
 
     def _prove(self, line: bytes) -> AgentSpec:
         """The served agent a proof line proves, or Refused.
@@ -236,8 +291,12 @@ class StoreBridge:
             raise Refused(f"no agent {_name(agent)} with this proof here")
         return spec
 
-    def _call(self, spec: AgentSpec, line: bytes) -> bytes:
-        """Check the request, run it through a driver, word the outcome."""
+    def _call(self, spec: AgentSpec, line: bytes, hold: Hold) -> bytes:
+        """Check the request, run it through a driver, word the outcome.
+
+        The parsed request is dropped before the driver runs, and the hold
+        shrunk to what the line costs while the driver answers.
+        """
         assert self.pool is not None and self.contract is not None
         try:
             request = rules.parse_line(line, "request")
@@ -247,6 +306,8 @@ class StoreBridge:
             return self._error(f"refused: {exc}")
         env = {**self.driver_env, "LNK_STORE_DIR": spec.store_dir}
         op = request.get("op")
+        del request
+        hold.resize(min(hold.size, call_cost(line)))
         try:
             reply = self.pool.call(spec.agent, env, line)
         except DriverTimeout as exc:
@@ -266,6 +327,16 @@ class StoreBridge:
         return dumps(rules.error_reply(reason)).encode("utf-8")
 
 
+#: Characters of an owner or id that a log line or refusal shows: a name may be as long as a caller likes.
+NAME_SHOWN = 80
+
+
+def _shown(text: str) -> str:
+    if len(text) <= NAME_SHOWN:
+        return repr(text)
+    return f"{text[:NAME_SHOWN]!r}... ({len(text)} characters)"
+
+
 def _name(agent: Agent) -> str:
-    """An agent as logs and refusals show it: owner/id, or id alone with no owner."""
-    return repr(agent.id) if agent.owner is None else f"{agent.owner!r}/{agent.id!r}"
+    """An agent as logs and refusals show it: owner/id, or id alone with no owner; long names cut."""
+    return _shown(agent.id) if agent.owner is None else f"{_shown(agent.owner)}/{_shown(agent.id)}"

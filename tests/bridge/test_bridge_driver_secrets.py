@@ -44,3 +44,15 @@ def test_a_failed_call_only_driver_reply_keeps_its_stderr_out(rig, tmp_path: Pat
     logged = "\n".join(rec.getMessage() for rec in caplog.records)
     assert "hidden-bucket" in logged
     assert max(len(rec.getMessage()) for rec in caplog.records) < 4000
+
+
+def test_a_long_name_is_cut_in_refusals_and_logs(rig, caplog) -> None:
+    """A refused name was once echoed whole into one log line (a 900 KB id, a 900 KB line)."""
+    r = rig()
+    long_id = "x" * 3000  # fits the proof line's bound, not a served agent
+    with caplog.at_level(logging.INFO, logger="cloudstore.bridge"):
+        reply = r.client(agent_id=long_id).op("last", thread="t")
+    assert reply["reply"] == "error" and reply["error"].startswith("refused: ")
+    assert len(reply["error"]) < 400, reply
+    assert "3000 characters" in reply["error"]
+    assert all(len(rec.getMessage()) < 1000 for rec in caplog.records)
