@@ -5,11 +5,13 @@ exactly one win.  ``seq`` must be last + 1: the writer checks that event
 ``seq - 1`` exists before creating ``seq``; events are never changed or
 removed one by one, so that check cannot be undone by anyone but ``remove``.
 
-Finding the last number without a request per event: every 64th event, its
-writer also packs events ``end-63..end`` into a segment object.  ``last``
-lists the (few) segment keys, then the event keys after the last segment:
-three small requests however long the conversation.  ``read`` fetches whole
-segments and only the tail's single events, all in parallel.
+Reading many events in few objects: every aligned block of 8, 16 ... 4,096
+events is also written packed (packing.py), by whoever appended its last
+event, after the reply when it runs as a driver; a read fetches a few whole
+blocks, all at once.  Finding the last number without a request per event:
+the head names how far the epoch's events are packed (refreshed every
+``HINT_EVERY`` events), and ``last`` lists the event keys after that, so it
+is two requests (the head, one listing) however long the conversation.
 
 ``remove`` bumps the conversation's epoch and ends its lease in one
 conditional write on its head (heads.py); removal.py says what follows (a
@@ -30,17 +32,22 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Iterator, Optional
 
 from .cache import Bounded
 from .generations import AlreadyExists, Create, Listed, Overwrite, StoreError, frame
-from .heads import Heads, epoch_of
+from .heads import Heads, epoch_of, packed_last, with_packed
 from .keys import AgentKeys, SEQ_DIGITS, name_part
+from . import packing
+from .packing import Piece, cover, packed_at
 from .removal import FENCE, TRUST_SECONDS, Removals
-from .space import Contention, Space
+from .space import KEEP, Contention, Space
 from .validate import Agent, compact
 
-SEGMENT = 64
+#: The latest events a serve process keeps of a conversation it writes (blocks up to this are packed from memory).
+RECENT_KEPT = 64
+#: The head's packing hint moves on every this many events: a head write that often, a listing at most this long.
+HINT_EVERY = 256
 #: What a serve process keeps of conversations' latest events: part of cache.MEMORY_BUDGET.
 RECENT_BUDGET = 16 * 1024 * 1024
 #: Rounds of reading again when an epoch dies under a read (a removal racing it).
@@ -69,7 +76,7 @@ class ThreadMemory:
     def remember(self, seq: int, raw: str) -> None:
         self.recent[seq] = raw
         self.last = max(self.last, seq)
-        for old in [s for s in self.recent if s <= self.last - SEGMENT]:
+        for old in [s for s in self.recent if s <= self.last - RECENT_KEPT]:
             del self.recent[old]
 
 
@@ -83,30 +90,38 @@ class Conversations:
         self.heads = Heads(space)
         self.removals = Removals(space, self.heads, self._last_in)
         self.clock = space.store.clock
+        #: Packing waiting for the reply to be sent (a driver sets a list and runs it after replying);
+        #: None packs before the append returns.
+        self.deferred: Optional[list[Callable[[], None]]] = None
+
+    def run_deferred(self) -> None:
+        """Do the packing the last replies left for after them; a failure only costs speed."""
+        while self.deferred:
+            task = self.deferred.pop(0)
+            try:
+                task()
+            except Exception:  # noqa: BLE001 - the reply is out; a bug here must not end the process
+                log.exception("deferred packing failed")
 
     # -- epochs
 
-    def _epoch(self, keys: AgentKeys, thread: str) -> int:
-        """The conversation's epoch, finishing first what a removal left to do (roll forward)."""
+    def _head(self, keys: AgentKeys, thread: str) -> dict:
+        """The conversation's head, finishing first what a removal left to do (roll forward)."""
         head = self.heads.read(keys, thread)
         if head.get("removed"):
             self.removals.roll_forward(keys, thread, head)
-        return epoch_of(head)
+        return head
 
     def _last_in(self, keys: AgentKeys, thread: str, epoch: int, known: int = 0) -> int:
-        """The last number in an epoch: after the last segment (or ``known``), the last event key."""
+        """The last number in an epoch, listing the event keys after ``known``."""
         last, _ = self._last_listed(keys, thread, epoch, known)
         return last
 
-    def _last_listed(self, keys: AgentKeys, thread: str, epoch: int, known: int = 0) -> tuple[int, Optional[Listed]]:
-        base = keys.epoch(thread, epoch)
-        start = known
-        if known == 0:
-            segments = self.store.list(base + "seg/")
-            if segments:
-                start = int(segments[-1].key[-SEQ_DIGITS:])
-        after = self.store.list(base + "ev/", start_after=keys.event(thread, epoch, start) if start else None)
-        return (int(after[-1].key[-SEQ_DIGITS:]), after[-1]) if after else (start, None)
+    def _last_listed(self, keys: AgentKeys, thread: str, epoch: int, known: int) -> tuple[int, Optional[Listed]]:
+        """The last event key after ``known`` (events 1..known are known to exist) and its number."""
+        start = keys.event(thread, epoch, known) if known else None
+        after = self.store.list(keys.epoch(thread, epoch) + "ev/", start_after=start)
+        return (int(after[-1].key[-SEQ_DIGITS:]), after[-1]) if after else (known, None)
 
     def _fenced(self, item: Optional[Listed]) -> bool:
         """Whether a listed last event is a removal's fence: the epoch died after its head was read."""
@@ -119,10 +134,12 @@ class Conversations:
         """Read the epoch and last number from the store, and remember them."""
         for _ in range(EPOCH_ROUNDS):
             confirmed = self.clock.now()
-            epoch = self._epoch(keys, thread)
+            head = self._head(keys, thread)
+            epoch = epoch_of(head)
             mem = self.memory.get(keys.thread(thread))
             same = mem is not None and mem.epoch == epoch
-            last, item = self._last_listed(keys, thread, epoch, mem.last if same else 0)  # type: ignore[union-attr]
+            known = max(packed_last(head), mem.last if same else 0)  # type: ignore[union-attr]
+            last, item = self._last_listed(keys, thread, epoch, known)
             if self._fenced(item):
                 continue  # removed between the head and the listing: the head says so now
             mem = ThreadMemory(epoch, last, confirmed, mem.recent if same else {})  # type: ignore[union-attr]
@@ -160,25 +177,44 @@ class Conversations:
             raise Contention("the conversation kept being removed while appending; nothing of this append was kept")
         mem.remember(seq, raw)
         self.memory.put(keys.thread(thread), mem, mem.size)
-        if seq % SEGMENT == 0:
-            try:
-                self._pack(keys, thread, mem, seq)
-            except (StoreError, Contention) as exc:  # the event is stored: packing only speeds reads
-                log.warning("packing events %d-%d left for later: %s", seq - SEGMENT + 1, seq, exc)
+        if packed_at(seq):
+            epoch, recent = mem.epoch, dict(mem.recent)
+            task = lambda: self._pack_quietly(keys, thread, epoch, seq, recent)  # noqa: E731
+            if self.deferred is None:
+                task()
+            else:
+                self.deferred.append(task)
         return {"reply": "done"}
 
-    def _pack(self, keys: AgentKeys, thread: str, mem: ThreadMemory, end: int) -> None:
-        """Write the segment ending at ``end``: the same bytes whoever writes it."""
-        first = end - SEGMENT + 1
-        missing = [s for s in range(first, end + 1) if s not in mem.recent]
-        got = self.space.get_many(keys.event(thread, mem.epoch, s) for s in missing)
-        events = dict(mem.recent)
-        for s, obj in zip(missing, got):
-            if obj is None:
+    def _pack_quietly(self, keys: AgentKeys, thread: str, epoch: int, end: int, recent: dict[int, str]) -> None:
+        try:
+            self._pack(keys, thread, epoch, end, recent)
+        except (StoreError, Contention) as exc:  # the events are stored: packing only speeds reads
+            log.warning("packing events up to %d left for later: %s", end, exc)
+
+    def _pack(self, keys: AgentKeys, thread: str, epoch: int, end: int, recent: dict[int, str]) -> None:
+        """Write every block ending at ``end`` (packing.py), smallest first: the same bytes whoever writes them.
+
+        A block's right half is the block just written; its left half comes
+        from memory when the process still holds those events, else from the
+        store (one object, or its halves).
+        """
+        right: list[str] = []
+        for size in packed_at(end):
+            first = end - size + 1
+            if size == packing.PACK_MIN:  # the smallest block: from its single events
+                got = self._gather(keys, thread, epoch, [Piece(s, 1) for s in range(first, end + 1)], recent)
+            else:  # a left half, then the right half just written
+                left = self._gather(keys, thread, epoch, [Piece(end - size // 2, size // 2)], recent)
+                got = None if left is None else left + right
+            if got is None:
                 return  # removed under us: nothing to pack
-            events[s] = obj.data.decode("ascii")
-        body = "[" + ",".join(events[s] for s in range(first, end + 1)) + "]"
-        self.store.put(keys.segment(thread, mem.epoch, end), body.encode("ascii"), Overwrite())
+            events = got
+            body = "[" + ",".join(events) + "]"
+            self.store.put(keys.segment(thread, epoch, end, size), body.encode("ascii"), Overwrite())
+            right = events
+        if end % HINT_EVERY == 0:
+            self.heads.update(keys, thread, lambda head: (with_packed(head, epoch, end) or KEEP, None), cached=True)
 
     def last(self, agent: Agent, thread: str) -> int:
         keys = self.space.keys(agent)
@@ -197,39 +233,41 @@ class Conversations:
         """The events of the epoch ``mem`` stands on; None if it died while they were fetched."""
         if first > mem.last:
             return []
-        segments = {
-            int(item.key[-SEQ_DIGITS:])
-            for item in self.store.list(keys.epoch(thread, mem.epoch) + "seg/")
-        }
-        wanted: list[str] = []  # keys to fetch, in order
-        plan: list[tuple[str, int]] = []  # ("seg", events of it to skip) / ("ev", seq)
-        seq = first
-        while seq <= mem.last:
-            end = ((seq - 1) // SEGMENT + 1) * SEGMENT
-            if seq not in mem.recent and end in segments and end <= mem.last:
-                plan.append(("seg", seq - (end - SEGMENT + 1)))  # from seq on, whatever came before
-                wanted.append(keys.segment(thread, mem.epoch, end))
-                seq = end + 1
-            else:
-                if seq not in mem.recent:
-                    wanted.append(keys.event(thread, mem.epoch, seq))
-                plan.append(("ev", seq))
-                seq += 1
-        fetched = iter(self.space.get_many(wanted))
-        out: list[str] = []
-        for kind, value in plan:
-            if kind == "ev" and value in mem.recent:
-                out.append(mem.recent[value])
-                continue
-            obj = next(fetched)
-            if obj is None or obj.data == FENCE:
-                self.memory.pop(keys.thread(thread))
-                return None  # removed (and perhaps purged) while read: read the head again
-            if kind == "ev":
-                out.append(obj.data.decode("ascii"))
-            else:
-                out.extend(compact(e) for e in json.loads(obj.data)[value:])
-        return out
+        pieces = cover(first, mem.last)
+        events = self._gather(keys, thread, mem.epoch, pieces, mem.recent)
+        if events is None:
+            self.memory.pop(keys.thread(thread))
+            return None  # removed (and perhaps purged) while read: read the head again
+        return events[first - pieces[0].first:]
+
+    def _gather(self, keys: AgentKeys, thread: str, epoch: int, pieces: list[Piece],
+                recent: dict[int, str]) -> Optional[list[str]]:
+        """Every event of ``pieces``, in order: all fetched at once, a missing block read as its halves.
+
+        None when a single event is missing or is a fence: the epoch died.
+        """
+        got: dict[Piece, list[str]] = {}
+        todo = list(pieces)
+        while todo:
+            wanted = [p for p in todo if not all(s in recent for s in range(p.first, p.end + 1))]
+            for p in todo:
+                if p not in wanted:
+                    got[p] = [recent[s] for s in range(p.first, p.end + 1)]
+            objs = self.space.get_many(
+                keys.event(thread, epoch, p.end) if p.size == 1 else keys.segment(thread, epoch, p.end, p.size)
+                for p in wanted
+            )
+            todo = []
+            for p, obj in zip(wanted, objs):
+                if p.size == 1:
+                    if obj is None or obj.data == FENCE:
+                        return None
+                    got[p] = [obj.data.decode("ascii")]
+                elif obj is None:
+                    todo.extend(p.halves())  # not packed (yet): its halves, next round
+                else:
+                    got[p] = [compact(e) for e in json.loads(obj.data)]
+        return [event for p in _leaves(pieces, got) for event in got[p]]
 
     def threads(self, agent: Agent) -> list[dict]:
         keys = self.space.keys(agent)
@@ -246,3 +284,12 @@ class Conversations:
         keys = self.space.keys(agent)
         self.removals.remove(keys, thread)
         self.memory.pop(keys.thread(thread))
+
+
+def _leaves(pieces: list[Piece], got: dict[Piece, list[str]]) -> Iterator[Piece]:
+    """The pieces whose events were got, in order: a piece not got stands for its halves."""
+    for p in pieces:
+        if p in got:
+            yield p
+        else:
+            yield from _leaves(p.halves(), got)

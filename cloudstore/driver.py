@@ -119,7 +119,13 @@ class Answerer:
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
                 raise SettingError(f"{self.info.setting} names a store that cannot be opened: {why}") from exc
             self.service = Service(Space(store, location.prefix))
+            self.service.conversations.deferred = []  # packing waits until the reply is out
         return self.service
+
+    def after_reply(self) -> None:
+        """The work a reply left for after it was sent (packing), so no reply waits on it."""
+        if self.service is not None:
+            self.service.conversations.run_deferred()
 
     def answer(self, line: bytes) -> dict:
         from .settings import SettingError
@@ -184,9 +190,11 @@ def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: Optional[T
     try:
         if command == "call":
             write(answerer.answer(source.read()))
+            answerer.after_reply()
             return 0
         for line in source:
             write(answerer.answer(line))
+            answerer.after_reply()
     except BrokenPipeError:
         # The caller went away: nobody is left to answer. Quietly, not a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())

@@ -15,6 +15,10 @@ listing.  Its fields::
     {"thread": t, "epoch": e, "holder": h, "started": ms, "renewed": ms}
     {"thread": t, "epoch": e, "removed": [{"epoch", "at", "fence"}], ...}
                                   epochs a remove left to fence or purge (removal.py)
+    {"thread": t, "epoch": e, "packed": {"epoch": e, "last": n}, ...}
+                                  events 1..n of epoch e exist and are packed (packing.py):
+                                  a hint where to list the last number from, so ``last``
+                                  costs two requests however long the conversation
 
 An ended lease keeps no holder; a head with no epoch is at epoch 0.  (0.1.0
 kept the epoch in a separate object and ended leases as ``{"ended": true}``:
@@ -46,6 +50,24 @@ def without_lease(head: dict) -> dict:
 
 def epoch_of(head: dict) -> int:
     return int(head.get("epoch", 0))
+
+
+def packed_last(head: dict) -> int:
+    """Up to which number the head says the current epoch's events exist (0: it does not say).
+
+    The hint names its epoch, so one left from an epoch since removed is never believed.
+    """
+    packed = head.get("packed")
+    if isinstance(packed, dict) and packed.get("epoch") == epoch_of(head):
+        return int(packed.get("last", 0))
+    return 0
+
+
+def with_packed(head: dict, epoch: int, last: int) -> Optional[dict]:
+    """The head with its hint moved on to ``last``; None when it is of another epoch or already as far."""
+    if epoch_of(head) != epoch or packed_last(head) >= last:
+        return None
+    return {**head, "packed": {"epoch": epoch, "last": last}}
 
 
 class Heads:

@@ -18,7 +18,7 @@ The mapping is injective and never escapes an agent's key space:
 Layout below the store's prefix::
 
     a/<owner>/<id>/c/<thread>/e<epoch>/ev/<seq>    one event, written only if absent
-    a/<owner>/<id>/c/<thread>/e<epoch>/seg/<end>   events end-63..end packed, for fast reads
+    a/<owner>/<id>/c/<thread>/e<epoch>/seg/<end>.<size>   events end-size+1..end packed (packing.py)
     a/<owner>/<id>/l/<thread>                      the head: epoch and lease (heads.py)
     a/<owner>/<id>/t/<thread>                      the tools narrowing
     a/<owner>/<id>/j/<job id>                      a job id's entries in every place
@@ -113,8 +113,8 @@ class AgentKeys:
     def event(self, thread: str, epoch: int, seq: int) -> str:
         return f"{self.epoch(thread, epoch)}ev/{seq_part(seq)}"
 
-    def segment(self, thread: str, epoch: int, end: int) -> str:
-        return f"{self.epoch(thread, epoch)}seg/{seq_part(end)}"
+    def segment(self, thread: str, epoch: int, end: int, size: int) -> str:
+        return f"{self.epoch(thread, epoch)}seg/{seq_part(end)}.{size}"
 
     # leases and tools
     def leases(self) -> str:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 from .generations import AlreadyExists, Create
-from .heads import Heads, epoch_of, without_lease
+from .heads import Heads, epoch_of, packed_last, without_lease
 from .keys import AgentKeys, SEQ_DIGITS
 from .space import KEEP, Space
 
@@ -59,7 +59,8 @@ class Removals:
 
         def bump(head: dict) -> tuple[dict, dict]:
             epoch = epoch_of(head)
-            record = {"epoch": epoch, "at": at, "fence": None}
+            # "known": how far the dying epoch's events are known to exist, so its fencer lists from there.
+            record = {"epoch": epoch, "at": at, "fence": None, "known": packed_last(head)}
             new = {**without_lease(head), "epoch": epoch + 1, "removed": [*head.get("removed", []), record]}
             return new, new
 
@@ -69,13 +70,13 @@ class Removals:
         """Fence every removed epoch not fenced yet, and purge those old enough; cheap when none."""
         for record in head.get("removed", []):
             if record.get("fence") is None:
-                self._fence(keys, thread, int(record["epoch"]))
+                self._fence(keys, thread, int(record["epoch"]), int(record.get("known", 0)))
             elif int(record["at"]) <= self.store.clock.now_ms() - PURGE_AFTER_MS:
                 self._purge(keys, thread, int(record["epoch"]), int(record["fence"]))
 
-    def _fence(self, keys: AgentKeys, thread: str, epoch: int) -> None:
-        """Take the old epoch's next number, then write its number into the head's record."""
-        known = 0
+    def _fence(self, keys: AgentKeys, thread: str, epoch: int, known: int) -> None:
+        """Take the old epoch's next number (events 1..known are known to exist), then write its number
+        into the head's record."""
         while True:
             seq = self.last_in(keys, thread, epoch, known) + 1
             try:

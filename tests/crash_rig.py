@@ -152,12 +152,17 @@ class CrashOp:
 class Point:
     n: int
     reply: Optional[Json]  # None: killed before its Nth request
+    killed_after_reply: bool = False  # answered, then died at N in the work a reply leaves for after it (packing)
     violations: list[str] = field(default_factory=list)
     reads: list[str] = field(default_factory=list)
 
 
-def strike(where: Any, request: dict, n: int) -> Optional[Json]:
-    """Send ``request`` to a new driver that dies before its ``n``th store request; its reply, or None if it died."""
+def strike(where: Any, request: dict, n: int) -> tuple[Optional[Json], bool]:
+    """Send ``request`` to a new driver that dies before its ``n``th store request.
+
+    Its reply (None if it died first), and whether it died after replying:
+    a driver packs after its reply, so a kill point may fall past the reply.
+    """
     with tempfile.TemporaryFile() as err:
         proc = ServeProcess(where.program, env={**where.env, FAILPOINT: str(n)}, stderr=err)
         try:
@@ -165,7 +170,7 @@ def strike(where: Any, request: dict, n: int) -> Optional[Json]:
         except DriverError as exc:
             code = proc.close(REPLY_WITHIN)
             if code == -signal.SIGKILL:
-                return None
+                return None, False
             err.seek(0)
             tail = err.read().decode("utf-8", "replace")[-2000:]
             raise RigError(f"the driver with {FAILPOINT}={n} gave no reply ({exc}) and exited {code}, "
@@ -173,8 +178,7 @@ def strike(where: Any, request: dict, n: int) -> Optional[Json]:
         except BaseException:
             proc.kill()
             raise
-        proc.close()
-        return reply
+        return reply, proc.close(REPLY_WITHIN) == -signal.SIGKILL
 
 
 class SetupProcesses:
@@ -209,14 +213,14 @@ def run_point(store: Any, op: CrashOp, n: int, setups: SetupProcesses) -> Point:
     else:
         where = store
         before = op.setup(setups.session(agent))
-    reply = strike(where, {**op.request, "agent": agent}, n)
+    reply, killed_after_reply = strike(where, {**op.request, "agent": agent}, n)
     with serving(where) as procs:
         probe = Probe(Session(procs[0], agent))
         try:
             op.check(probe, before, reply)
         except ProbeStop:
             pass
-    return Point(n, reply, probe.violations, probe.reads)
+    return Point(n, reply, killed_after_reply, probe.violations, probe.reads)
 
 
 def sweep(run: Callable[[int], Point], workers: int = WORKERS, limit: int = LIMIT) -> list[Point]:
@@ -236,7 +240,8 @@ def sweep(run: Callable[[int], Point], workers: int = WORKERS, limit: int = LIMI
             for future in finished:
                 point = future.result()
                 done.append(point)
-                if point.reply is not None and (answered is None or point.n < answered):
+                done_whole = point.reply is not None and not point.killed_after_reply
+                if done_whole and (answered is None or point.n < answered):
                     answered = point.n
     if answered is None:
         raise RigError(f"the op never answered within {limit} requests")
@@ -256,11 +261,13 @@ class OpReport:
 
     @property
     def killed(self) -> list[Point]:
-        return [p for p in self.points if p.reply is None]
+        """Every point that died: before its reply, or after it in the work left for after (packing)."""
+        return [p for p in self.points if p.reply is None or p.killed_after_reply]
 
     @property
     def answered_at(self) -> int:
-        return min(p.n for p in self.points if p.reply is not None)
+        """The first N at which the op ran whole, reply and all that followed it."""
+        return min(p.n for p in self.points if p.reply is not None and not p.killed_after_reply)
 
     @property
     def broken(self) -> list[Point]:
@@ -275,7 +282,8 @@ class OpReport:
     def describe(self) -> str:
         out = [self.line()]
         for p in self.broken:
-            how = "killed" if p.reply is None else f"answered {brief(p.reply)}"
+            how = "killed" if p.reply is None else f"answered {brief(p.reply)}" + (
+                ", then killed" if p.killed_after_reply else "")
             out.append(f"  N={p.n} ({how}):")
             out += [f"    BROKEN: {v}" for v in p.violations]
             out += [f"      read: {r}" for r in p.reads]

@@ -36,7 +36,7 @@ def proxied(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
 def every_family(s: Session) -> None:
     """One of each op a deployment makes, and the multi-request paths (remove, packing, take)."""
     data = base64.b64encode(b"hello").decode()
-    for seq in range(1, 66):  # the 64th packs a segment
+    for seq in range(1, 66):  # the 8th, 16th ... 64th pack blocks (packing.py)
         assert s("append", thread="t", event={"seq": seq})["reply"] == "done"
     assert s("read", thread="t", first=1)["reply"] == "events"
     assert s("threads")["reply"] == "threads"

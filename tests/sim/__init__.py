@@ -4,7 +4,7 @@ The parts, each a module:
 
 * ``machines``   - what a machine is (its own Service, Space, RetryingStore and
                    FaultyBackend on the shared real backend) and what the seed
-                   decides besides the schedule (nonces, marks, segment size).
+                   decides besides the schedule (nonces, marks, packing sizes).
 * ``scheduler``  - one thread runs at a time, the seed picks which, and which
                    fault each backend request meets; held writes land late.
 * ``workload``   - what each machine asks: seeded ops on a small key space, as a

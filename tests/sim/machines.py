@@ -9,7 +9,7 @@ While a history runs, the seed also decides what the drivers would otherwise
 take from the OS or the clock (``seeded``): ``generations.entropy`` (nonces;
 job marks too, where ``jobs`` draws them from ``random``) is a seeded RNG, the
 CAS loops' backoff sleeps are skipped (only the scheduler orders machines),
-and ``conversations.SEGMENT`` is made small so that segments are packed
+and ``packing.PACK_MIN`` / ``PACK_MAX`` are made small so that blocks are packed
 within a history.  Everything is restored afterwards.
 """
 
@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import cloudstore.conversations as conversations
 import cloudstore.generations as generations
+import cloudstore.packing as packing
 import cloudstore.jobs as jobs
 from cloudstore.driver import BUCKET, Answerer, encode_reply
 from cloudstore.generations import Backend, RetryingStore, RetryPolicy
@@ -33,7 +34,7 @@ from cloudstore.space import Space
 
 #: Retries that never sleep: the scheduler orders everything.
 POLICY = RetryPolicy(attempts=6, first_delay=0.0, max_delay=0.0, deadline=60.0)
-SEGMENTS = (2, 3, 4, 5)  # conversations.SEGMENT, by seed
+PACKINGS = ((2, 2, 2), (2, 4, 4), (2, 8, 6), (4, 8, 8))  # packing.PACK_MIN, PACK_MAX, conversations.HINT_EVERY
 
 
 class SerialPool:
@@ -56,9 +57,9 @@ class SerialPool:
 
 @contextmanager
 def seeded(seed: int) -> Iterator[dict]:
-    """The drivers' randomness, sleeps and segment size as the seed says, for one history."""
+    """The drivers' randomness, sleeps and packing sizes as the seed says, for one history."""
     rng = random.Random(f"entropy:{seed}")
-    knobs = {"segment": random.Random(f"knobs:{seed}").choice(SEGMENTS)}
+    knobs = {"packing": random.Random(f"knobs:{seed}").choice(PACKINGS)}
     saved: list[tuple[Any, str, Any]] = []
 
     def patch(module: Any, name: str, value: Any) -> None:
@@ -76,8 +77,10 @@ def seeded(seed: int) -> Iterator[dict]:
     everywhere("backoff_sleep", lambda *args, **kwargs: None)
     if isinstance(getattr(jobs, "random", None), types.ModuleType):  # marks drawn from random.SystemRandom
         patch(jobs, "random", types.SimpleNamespace(SystemRandom=lambda: rng, Random=lambda *a: rng))
-    if hasattr(conversations, "SEGMENT"):
-        patch(conversations, "SEGMENT", knobs["segment"])
+    pack_min, pack_max, hint_every = knobs["packing"]
+    patch(packing, "PACK_MIN", pack_min)
+    patch(packing, "PACK_MAX", pack_max)
+    patch(conversations, "HINT_EVERY", hint_every)
     try:
         yield knobs
     finally:
@@ -89,7 +92,14 @@ def answerer_on(store: RetryingStore, prefix: str) -> Callable[[dict], dict]:
     """The driver's request handler on ``store``: a request dict in, the reply as the wire carries it out."""
     answerer = Answerer(BUCKET)
     answerer.service = Service(Space(store, prefix, pool=SerialPool()))  # type: ignore[arg-type]
-    return lambda request: json.loads(encode_reply(answerer.answer(json.dumps(request).encode("utf-8"))))
+    answerer.service.conversations.deferred = []  # as the driver does: packing after the reply
+
+    def answer(request: dict) -> dict:
+        reply = json.loads(encode_reply(answerer.answer(json.dumps(request).encode("utf-8"))))
+        answerer.after_reply()
+        return reply
+
+    return answer
 
 
 class ConditionalDeletes:

@@ -1,0 +1,82 @@
+"""Where a conversation's events are packed: aligned blocks of 8, 16, 32 ... 4,096 events.
+
+A read at a real bucket's round trip (tens of milliseconds) is slow in
+proportion to how many rounds it takes and costly in proportion to how many
+objects it fetches, not to how many bytes.  Events are one object each (so
+that one conditional create settles each number); to read many of them in
+few objects, every aligned block is also written packed: the block of size
+``z`` ending at ``end`` holds events ``end - z + 1 .. end`` whenever ``end``
+is a multiple of ``z``, for ``z`` = ``PACK_MIN``, twice that, and so on up to
+``PACK_MAX``.  Any range of events is then a few whole blocks (at most two of
+each size, as in a segment tree), at most ``PACK_MIN - 1`` single events
+after the last packed one, and one block that starts before the range (its
+first events skipped).  1..1,000 is six objects; 1..10,000 six; the last
+ten of 1,000 two.
+
+A block is packed by whoever appended its last event, after the reply when
+it runs as a driver.  It may be missing (a crash, a failed write, a packer
+still at work): a reader that finds it missing reads its two halves
+instead, down to single events.  A block's bytes are the same whoever packs
+it, so two packers write the same object.
+
+The cost: every event is in up to ``log2(PACK_MAX / PACK_MIN) + 1`` blocks,
+and blocks add about one write per four appends (one block of 8, half a
+block of 16, ...), off the append's own path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PACK_MIN = 8
+PACK_MAX = 4096
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A packed block (``size`` > 1) or a single event (``size`` == 1) ending at ``end``."""
+
+    end: int
+    size: int
+
+    @property
+    def first(self) -> int:
+        return self.end - self.size + 1
+
+    def halves(self) -> list["Piece"]:
+        """What to read instead when this block is missing: its two halves, or its single events."""
+        if self.size <= PACK_MIN:
+            return [Piece(seq, 1) for seq in range(self.first, self.end + 1)]
+        half = self.size // 2
+        return [Piece(self.end - half, half), Piece(self.end, half)]
+
+
+def packed_at(end: int) -> list[int]:
+    """The sizes of the blocks that end at ``end``, smallest first (none unless a multiple of PACK_MIN)."""
+    sizes = []
+    size = PACK_MIN
+    while size <= PACK_MAX and end % size == 0 and end > 0:
+        sizes.append(size)
+        size *= 2
+    return sizes
+
+
+def cover(first: int, last: int) -> list[Piece]:
+    """Few pieces, in order, holding events ``first..last``; the first may start before ``first``.
+
+    Blocks are taken greedily, largest aligned one first, up to the last
+    multiple of PACK_MIN; the events after it are single pieces.
+    """
+    if first > last:
+        return []
+    packed_to = last - last % PACK_MIN
+    pieces: list[Piece] = []
+    at = (first - 1) // PACK_MIN * PACK_MIN  # events 1..at need no reading
+    while at < packed_to:
+        size = PACK_MIN
+        while size * 2 <= PACK_MAX and at % (size * 2) == 0 and at + size * 2 <= packed_to:
+            size *= 2
+        pieces.append(Piece(at + size, size))
+        at += size
+    pieces.extend(Piece(seq, 1) for seq in range(max(at + 1, first), last + 1))
+    return pieces
