@@ -120,17 +120,22 @@ def build(settings: Settings) -> tuple[Runner, list[Counted]]:
                 next_stores.append(AgentStore(cfg.agent, shared))  # one job_next answers for the whole store
             store = AgentStore(cfg.agent, shared)
         stores.append(store)
-    assert settings.fire is not None
     runner = Runner(
         stores,
         next_stores,
-        FireCommand(settings.fire, settings.fire_timeout),
+        fire_command(settings),
         settings.runner,
         settings.timing,
         settings.workers,
         settings.keep_ending,
     )
     return runner, clients
+
+
+def fire_command(settings: Settings) -> FireCommand:
+    """The fire command with its own environment (never the runner's whole one: it holds the store's credentials)."""
+    assert settings.fire is not None
+    return FireCommand(settings.fire, settings.fire_timeout, settings.fire_pass_env, settings.fire_env)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -12,36 +12,118 @@ says "no owner" (null) and any owner or id exactly::
       "driver": "lnk-bucket-store",            // or an argv list
       "driver_env": {"LNK_BUCKET_URL": "file:///srv/store"},
       "fire": ["/usr/local/bin/fire-job"],      // argv list, or one shell command line
+      "fire_env": {"JOB_API": "https://jobs.internal"},
+      "fire_pass_env": ["HTTPS_PROXY"],
       "fire_timeout": 300, "lapse": 30, "mark_interval": 0.25, "max_sleep": 30,
       "workers": 4, "keep_ending": false, "runner": "host-a"
     }
 
 An agent with ``bridge`` and ``key_file`` is reached through its store bridge
 (its own socket and key); every other agent through the ONE driver process the
-runner starts (``driver`` + ``driver_env``).  Flags: ``--agent OWNER:ID``
-(split at the first colon; ``--agent ID`` without a colon is an agent with no
-owner, ``--agent :ID`` one whose owner is ""), ``--driver``, ``--driver-env
-K=V``, ``--fire 'shell command'``, and one flag per number above; flags add
-agents to the config's and override its other values.
+runner starts (``driver`` + ``driver_env``).  The fire command gets a minimal
+environment (``scheduler_fire.BASE_ENV``), the runner's variables named in
+``fire_pass_env``, and ``fire_env``: never the driver's credentials.  Flags:
+``--agent OWNER:ID`` (split at the first colon; ``--agent ID`` without a
+colon is an agent with no owner, ``--agent :ID`` one whose owner is ""),
+``--driver``, ``--driver-env K=V``, ``--fire 'shell command'``,
+``--fire-env K=V``, ``--fire-pass-env NAME``, and one flag per number above;
+flags add agents (and environment entries) to the config's and override its
+other values.
+
+The file is checked against ``SCHEMA`` (``config_schema``): strictly typed,
+unknown keys refused, the reason naming the key path.  A flag's value is
+checked by the same rule, named by the flag.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import shlex
 import socket
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from .client import env_pairs
+from .config_schema import (
+    Bool, ConfigFileError, Either, Field, Int, ListOf, MapOf, Nullable, Number, Obj, Spec, Str, load_config,
+)
+from .scheduler_fire import JOB_VARS, base_environment, program_problem
 from .scheduler_runner import WORKERS, Timing
 from .scheduler_store import Agent
 
-KEYS = {"agents", "driver", "driver_env", "fire", "fire_timeout", "lapse", "mark_interval", "max_sleep", "workers",
-        "keep_ending", "runner"}
-AGENT_KEYS = {"owner", "id", "bridge", "key_file"}
+# Upper bounds: far above any sensible setting, low enough that a huge value
+# (1e300) is refused at start-up rather than overflowing a thread's wait
+# later.  mark_interval has a floor: below 10 ms a sleeping runner would
+# hammer its store.  Each worker is a thread.
+DAY = 86400.0
+WORKERS_MAX = 1024
+
+
+def _not_job_var(name: str) -> Optional[str]:
+    return f"is set by the runner for each job ({', '.join(sorted(JOB_VARS))})" if name in JOB_VARS else None
+
+
+def _command_line(line: str) -> Optional[str]:
+    """A driver given as one string is split like a shell would (``client.program_argv``)."""
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        return f"is not a command line ({exc})"
+    return None if words else "names no program"
+
+
+def _blank_shell_line(line: str) -> Optional[str]:
+    return None if line.strip() else "is a blank shell line"
+
+
+def _argv_program(argv: list[str]) -> Optional[str]:
+    return "must start with the program, not an empty string" if argv[0] == "" else None
+
+
+ENV_NAME = Str(forbid="=\0")
+FIRE_ENV_NAME = Str(forbid="=\0", extra=_not_job_var)
+ENV_VALUE = Str(empty=True, forbid="\0")
+FILE_PATH = Str(forbid="\0")
+ARGV = ListOf(Str(empty=True, forbid="\0"), min_items=1, extra=_argv_program)
+DRIVER = Either((Str(forbid="\0", extra=_command_line), ARGV))
+FIRE = Either((Str(forbid="\0", extra=_blank_shell_line), ARGV))
+
+
+def _bridge_pair(agent: dict[str, Any]) -> Optional[str]:
+    if (agent.get("bridge") is None) != (agent.get("key_file") is None):
+        return "an agent with a bridge needs its key_file, and the other way round"
+    return None
+
+
+AGENT = Obj(
+    {
+        "owner": Field(Nullable(Str(empty=True))),  # absent: null, no owner
+        "id": Field(Str(), required=True),
+        "bridge": Field(Nullable(FILE_PATH)),  # absent or null: through the driver
+        "key_file": Field(Nullable(FILE_PATH)),
+    },
+    extra=_bridge_pair,
+)
+
+SCHEMA = Obj(
+    {
+        "agents": Field(ListOf(AGENT)),
+        "driver": Field(DRIVER),
+        "driver_env": Field(MapOf(ENV_NAME, ENV_VALUE)),
+        "fire": Field(FIRE),
+        "fire_env": Field(MapOf(FIRE_ENV_NAME, ENV_VALUE)),
+        "fire_pass_env": Field(ListOf(FIRE_ENV_NAME)),
+        "fire_timeout": Field(Number(0, 7 * DAY)),
+        "lapse": Field(Number(0, DAY)),
+        "mark_interval": Field(Number(0.01, 3600, low_included=True)),
+        "max_sleep": Field(Number(0, DAY)),
+        "workers": Field(Int(1, WORKERS_MAX)),
+        "keep_ending": Field(Bool()),
+        "runner": Field(Str(forbid="\0")),
+    }
+)
 
 
 class ConfigError(Exception):
@@ -63,6 +145,8 @@ class Settings:
     driver: Optional[str | list[str]] = None
     driver_env: dict[str, str] = field(default_factory=dict)
     fire: Optional[str | list[str]] = None
+    fire_env: dict[str, str] = field(default_factory=dict)
+    fire_pass_env: list[str] = field(default_factory=list)
     fire_timeout: float = 300.0
     timing: Timing = Timing()
     workers: int = WORKERS
@@ -82,6 +166,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--driver", help="the driver program (run as '<driver> serve')")
     p.add_argument("--driver-env", action="append", default=[], metavar="K=V", help="a setting for the driver")
     p.add_argument("--fire", help="shell command run for each job (spec on stdin)")
+    p.add_argument("--fire-env", action="append", default=[], metavar="K=V",
+                   help="a variable set for the fire command (repeatable)")
+    p.add_argument("--fire-pass-env", action="append", default=[], metavar="NAME",
+                   help="a variable of this environment passed to the fire command (repeatable)")
     p.add_argument("--fire-timeout", type=float, help="seconds before a fire is killed (default 300)")
     p.add_argument("--lapse", type=float, help="claim lease lapse, seconds (default 30)")
     p.add_argument("--mark-interval", type=float, help="seconds between job_mark polls while asleep (default 0.25)")
@@ -95,58 +183,66 @@ def parser() -> argparse.ArgumentParser:
 
 def agent_from_flag(text: str) -> AgentConfig:
     owner, sep, agent_id = text.partition(":")
+    Str().check(agent_id if sep else text, "--agent (its id)")
     return AgentConfig(Agent(owner, agent_id) if sep else Agent(None, text))
 
 
-def agent_from_json(value: Any) -> AgentConfig:
-    if not isinstance(value, dict) or set(value) - AGENT_KEYS:
-        raise ConfigError(f"an agent is an object with keys {sorted(AGENT_KEYS)}: {value!r}")
-    owner, agent_id = value.get("owner"), value.get("id")
-    if not isinstance(agent_id, str) or not (owner is None or isinstance(owner, str)):
-        raise ConfigError(f"an agent needs a string id and a string or null owner: {value!r}")
-    bridge, key_file = value.get("bridge"), value.get("key_file")
-    if (bridge is None) != (key_file is None):
-        raise ConfigError(f"an agent with a bridge needs its key_file, and the other way round: {value!r}")
-    return AgentConfig(Agent(owner, agent_id), bridge, key_file)
+def agent_from_json(value: dict[str, Any]) -> AgentConfig:
+    """An agent of the config, already checked against ``AGENT``."""
+    return AgentConfig(Agent(value.get("owner"), value["id"]), value.get("bridge"), value.get("key_file"))
+
+
+def _flag(spec: Spec, value: Any, flag: str) -> Any:
+    """A flag's value checked by the rule its config key has (None: not given)."""
+    return None if value is None else spec.check(value, flag)
+
+
+def _flag_env(pairs: Sequence[str], flag: str, name: Spec) -> dict[str, str]:
+    env = env_pairs(pairs, flag)
+    for k, v in env.items():
+        name.check(k, f"{flag} {k}")
+        ENV_VALUE.check(v, f"{flag} {k}")
+    return env
 
 
 def load(argv: Optional[Sequence[str]] = None) -> Settings:
     """Settings from the command line (and the config file it names); ConfigError when unusable."""
     args = parser().parse_args(argv)
-    raw: dict[str, Any] = {}
-    if args.config:
-        try:
-            with open(args.config, encoding="utf-8") as f:
-                raw = json.load(f)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"{args.config}: {exc}") from exc
-        if not isinstance(raw, dict) or set(raw) - KEYS:
-            raise ConfigError(f"{args.config}: an object with keys among {sorted(KEYS)}")
-    agents = [agent_from_json(a) for a in raw.get("agents", [])] + [agent_from_flag(a) for a in args.agent]
-    driver_env = dict(raw.get("driver_env", {}))
     try:
-        driver_env.update(env_pairs(args.driver_env, "--driver-env"))
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from exc
+        return _load(args)
+    except (ConfigFileError, ValueError) as exc:  # SchemaError, a bad K=V
+        raise ConfigError(str(exc)) from None
 
-    def pick(flag: Any, key: str, default: Any) -> Any:
-        return flag if flag is not None else raw.get(key, default)
+
+def _load(args: argparse.Namespace) -> Settings:
+    raw: dict[str, Any] = load_config(args.config, SCHEMA) if args.config else {}
+    fields = SCHEMA.fields
+    agents = [agent_from_json(a) for a in raw.get("agents", [])] + [agent_from_flag(a) for a in args.agent]
+    driver_env = {**raw.get("driver_env", {}), **_flag_env(args.driver_env, "--driver-env", ENV_NAME)}
+    fire_env = {**raw.get("fire_env", {}), **_flag_env(args.fire_env, "--fire-env", FIRE_ENV_NAME)}
+    pass_env = raw.get("fire_pass_env", []) + [FIRE_ENV_NAME.check(n, "--fire-pass-env") for n in args.fire_pass_env]
+
+    def pick(flag: str, key: str, default: Any) -> Any:
+        given = _flag(fields[key].spec, getattr(args, flag.lstrip("-").replace("-", "_")), flag)
+        return given if given is not None else raw.get(key, default)
 
     timing = Timing(
-        lapse=float(pick(args.lapse, "lapse", Timing.lapse)),
-        mark_interval=float(pick(args.mark_interval, "mark_interval", Timing.mark_interval)),
-        max_sleep=float(pick(args.max_sleep, "max_sleep", Timing.max_sleep)),
+        lapse=pick("--lapse", "lapse", Timing.lapse),
+        mark_interval=pick("--mark-interval", "mark_interval", Timing.mark_interval),
+        max_sleep=pick("--max-sleep", "max_sleep", Timing.max_sleep),
     )
     settings = Settings(
         agents=agents,
-        driver=pick(args.driver, "driver", None),
-        driver_env={str(k): str(v) for k, v in driver_env.items()},
-        fire=pick(args.fire, "fire", None),
-        fire_timeout=float(pick(args.fire_timeout, "fire_timeout", 300.0)),
+        driver=pick("--driver", "driver", None),
+        driver_env=driver_env,
+        fire=pick("--fire", "fire", None),
+        fire_env=fire_env,
+        fire_pass_env=list(dict.fromkeys(pass_env)),
+        fire_timeout=pick("--fire-timeout", "fire_timeout", 300.0),
         timing=timing,
-        workers=int(pick(args.workers, "workers", WORKERS)),
-        keep_ending=bool(pick(args.keep_ending, "keep_ending", False)),
-        runner=str(pick(args.runner_id, "runner", "")) or default_runner_id(),
+        workers=pick("--workers", "workers", WORKERS),
+        keep_ending=pick("--keep-ending", "keep_ending", False),
+        runner=pick("--runner-id", "runner", None) or default_runner_id(),
     )
     check(settings)
     return settings
@@ -158,14 +254,19 @@ def default_runner_id() -> str:
 
 
 def check(s: Settings) -> None:
+    """What no single value shows: agents given, none twice, a driver when needed, a fire program that exists."""
     if not s.agents:
         raise ConfigError("no agent: give --agent or \"agents\" in the config")
-    if len({a.agent for a in s.agents}) != len(s.agents):
-        raise ConfigError("an agent is given twice")
+    seen: set[Agent] = set()
+    for a in s.agents:
+        if a.agent in seen:
+            raise ConfigError(f"the agent {a.agent.label()!r} (owner {a.agent.owner!r}) is given twice")
+        seen.add(a.agent)
     if any(a.bridge is None for a in s.agents) and not s.driver:
         raise ConfigError("agents without a bridge need a driver: --driver or \"driver\"")
-    if not s.fire or not isinstance(s.fire, (str, list)):
+    if not s.fire:
         raise ConfigError("no fire command: --fire or \"fire\" (a shell line or an argv list)")
-    t = s.timing
-    if min(t.lapse, t.mark_interval, t.max_sleep, s.fire_timeout) <= 0 or s.workers < 1:
-        raise ConfigError("lapse, mark_interval, max_sleep and fire_timeout must be > 0, workers >= 1")
+    env = base_environment(os.environ, s.fire_pass_env, s.fire_env)
+    problem = program_problem(s.fire, env.get("PATH", os.defpath))
+    if problem is not None:
+        raise ConfigError(f"fire: {problem}")

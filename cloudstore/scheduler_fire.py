@@ -2,11 +2,18 @@
 
 The command gets the job's spec as compact JSON on stdin and who/what in its
 environment: ``LNK_AGENT_ID``, ``LNK_JOB_ID``, ``LNK_JOB_DUE`` (the due as
-JSON writes it), ``LNK_OWNER`` only when the agent has an owner (an inherited
-``LNK_OWNER`` is removed otherwise, so "no owner" and "owner ''" stay
-different, as on the wire), and ``LNK_JOB_RECOVERED=1`` when this is a second
-firing after a runner died mid-fire.  Its stdout goes to the runner's stderr:
-the runner writes nothing on stdout.
+JSON writes it), ``LNK_OWNER`` only when the agent has an owner (so "no
+owner" and "owner ''" stay different, as on the wire), and
+``LNK_JOB_RECOVERED=1`` when this is a second firing after a runner died
+mid-fire.  Its stdout goes to the runner's stderr: the runner writes nothing
+on stdout.
+
+Its environment is NOT the runner's: the runner holds the store's
+credentials (``AWS_SECRET_ACCESS_KEY``, ``GOOGLE_APPLICATION_CREDENTIALS``...)
+for its driver, and a job's command has no business with them.  It gets only
+``BASE_ENV`` (and ``LC_*``) from the runner's environment, the variables the
+config names in ``fire_pass_env``, the fixed values of ``fire_env``, and the
+job's ``LNK_*`` variables, in that order (later ones win).
 
 It runs in a session (process group) of its own, so the whole group can be
 killed: past ``timeout`` (SIGTERM, then SIGKILL after ``GRACE``), or at once
@@ -23,6 +30,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -30,12 +39,31 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from .scheduler_store import Agent
 
 GRACE = 2.0  # seconds between SIGTERM and SIGKILL for a fire past its timeout
 POLL = 0.05  # how often a worker looks at its fire's claim while it runs
+SHELL = "/bin/sh"  # runs a fire command given as one line
+
+# Taken from the runner's environment (when set), with every LC_*: what any
+# program needs to find programs, its home and temporary folder, and to speak
+# the machine's language and time zone.  Nothing that may hold a credential.
+BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR")
+# Set by the runner for each job: the config may not name them (they would be overwritten).
+JOB_VARS = frozenset({"LNK_OWNER", "LNK_AGENT_ID", "LNK_JOB_ID", "LNK_JOB_DUE", "LNK_JOB_RECOVERED"})
+
+# A shell line's first word that is not a program: reserved words and builtins
+# that exist only inside the shell (those that are also programs, such as
+# ``true`` or ``echo``, are found on PATH).  Such a line is not checked further.
+_SHELL_WORDS = frozenset(
+    "! { } case do done elif else esac fi for if in then until while "
+    ". : alias bg break cd command continue eval exit export fc fg getopts hash jobs "
+    "local read readonly return set shift source times trap type ulimit umask unalias unset wait".split()
+)
+_SHELL_SPECIAL = frozenset("$`*?[]~{}()<>;&|\\'\"")  # in a first word: expansions, globs, redirections...
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
 @dataclass
@@ -55,20 +83,91 @@ def _death_prefix() -> list[str]:
     return [path, "--pdeathsig", "KILL", "--"] if path else []
 
 
-class FireCommand:
-    """The operator's command: an argv list, or one shell command line."""
+def base_environment(
+    environ: Mapping[str, str], pass_env: Sequence[str] = (), fire_env: Optional[Mapping[str, str]] = None
+) -> dict[str, str]:
+    """What every firing's environment starts from: ``BASE_ENV`` and ``LC_*``, then ``pass_env``, then ``fire_env``.
 
-    def __init__(self, command: str | Sequence[str], timeout: float) -> None:
-        base = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    Names in ``pass_env`` that ``environ`` lacks are left out (not set empty).
+    """
+    env = {k: v for k, v in environ.items() if k in BASE_ENV or k.startswith("LC_")}
+    env.update({name: environ[name] for name in pass_env if name in environ})
+    env.update(fire_env or {})
+    for name in JOB_VARS:
+        env.pop(name, None)
+    return env
+
+
+def shell_first_program(line: str) -> Optional[str]:
+    """The program a shell line starts with, when its first word is a plain one; else None (not judged).
+
+    Leading ``NAME=value`` assignments and ``exec`` are skipped.  A first word
+    with quotes removed that still holds an expansion, a glob, a redirection or
+    other shell syntax, a reserved word or a shell-only builtin gives None: the
+    shell decides those, only when it runs.
+    """
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    after_exec = False
+    try:
+        for word in lexer:
+            if _ASSIGNMENT.match(word) and not after_exec:
+                continue  # NAME=value before the command
+            if word == "exec" and not after_exec:
+                after_exec = True
+                continue
+            if not word or set(word) & _SHELL_SPECIAL or word in _SHELL_WORDS or word.startswith("-"):
+                return None
+            return word
+    except ValueError:  # an unclosed quote: the shell will say what it makes of it
+        return None
+    return None
+
+
+def program_problem(command: str | Sequence[str], path: str) -> Optional[str]:
+    """Why ``command`` cannot start (its program is not an executable file on ``path``), or None.
+
+    For an argv list, its first word, as ``execvp`` finds it (a name with a
+    ``/`` is taken as is, relative to the working folder).  For a shell line,
+    ``/bin/sh`` and the line's first program when ``shell_first_program`` can
+    tell it.  Checked once at start-up, so that a typo stops the runner
+    instead of counting every job fired with exit 127.
+    """
+    if isinstance(command, str):
+        programs = [SHELL] + [p for p in [shell_first_program(command)] if p is not None]
+    else:
+        programs = list(command[:1])
+    for program in programs:
+        if not program:
+            return "the command is empty"
+        if shutil.which(program, path=path) is None:
+            where = "" if "/" in program else " found on the fire command's PATH"
+            return f"{program!r} is not an executable file{where}"
+    return None
+
+
+class FireCommand:
+    """The operator's command: an argv list, or one shell command line, and the environment it gets."""
+
+    def __init__(
+        self,
+        command: str | Sequence[str],
+        timeout: float,
+        pass_env: Sequence[str] = (),
+        fire_env: Optional[Mapping[str, str]] = None,
+        environ: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        base = [SHELL, "-c", command] if isinstance(command, str) else list(command)
         if not base:
             raise ValueError("the fire command is empty")
         self.argv = _death_prefix() + base
         self.timeout = timeout
+        # Taken once, at start-up: what a job sees does not drift with the runner's environment.
+        self.base_env = base_environment(os.environ if environ is None else environ, pass_env, fire_env)
 
     def environment(self, agent: Agent, job: dict[str, Any], recovered: bool) -> dict[str, str]:
-        env = dict(os.environ)
-        env.pop("LNK_OWNER", None)
-        env.pop("LNK_JOB_RECOVERED", None)
+        """The base environment with this job's ``LNK_*`` variables."""
+        env = dict(self.base_env)
         if agent.owner is not None:
             env["LNK_OWNER"] = agent.owner
         env["LNK_AGENT_ID"] = agent.id

@@ -8,21 +8,27 @@ One agent is given by flags, more by a JSON config file::
 An agent's owner must be said (``--agent-owner`` or ``--no-owner``; in the
 config, ``"owner"`` present, null for none), because owner null and owner
 "" are different agents and guessing between them would serve the wrong one.
-Logs go to stderr; the bridge writes nothing to stdout.
+The config file is checked against ``CONFIG`` (``config_schema``): an object
+with ``agents`` only, each agent an object with exactly these four keys, id
+a non-empty string, owner a string or null, key_file and folder non-empty
+strings; anything else (or an agent given twice, or an unreadable or
+non-JSON file) is a usage error: the reason, naming the key path
+(``agents[2].owner``), on stderr and exit 2.  A key file that can't be used
+exits 1.  Logs go to stderr; the bridge writes nothing to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import signal
 import sys
 import threading
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..client import env_pairs
+from ..config_schema import ConfigFileError, Field, ListOf, Nullable, Number, Obj, Str, load_config
 from .limits import Limits
 from .proof import KeyFileError, read_key_file
 from .server import AgentSpec, StoreBridge
@@ -51,38 +57,67 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+AGENT = Obj({
+    "id": Field(Str(), required=True),
+    "owner": Field(Nullable(Str(empty=True)), required=True),  # null: no owner; "" is an owner
+    "key_file": Field(Str(forbid="\0"), required=True),
+    "folder": Field(Str(forbid="\0"), required=True),
+})
+CONFIG = Obj({"agents": Field(ListOf(AGENT), required=True)})
+# A flag's seconds: finite (argparse takes "nan" and "inf" as floats) and at most a day.
+SECONDS = Number(0, 86400.0)
+
+
 def _spec(owner: Optional[str], agent_id: str, key_file: str, folder: str) -> AgentSpec:
     # Absolute: the folder becomes the driver's LNK_STORE_DIR and is judged for links on every call.
     return AgentSpec(owner=owner, id=agent_id, key=read_key_file(key_file), folder=os.path.abspath(folder))
 
 
+def config_agents(path: str) -> list[dict[str, Any]]:
+    """The agents of config file ``path``, checked; ConfigFileError naming the file and key path."""
+    agents: list[dict[str, Any]] = load_config(path, CONFIG)["agents"]
+    seen: dict[tuple[Optional[str], str], int] = {}
+    for i, item in enumerate(agents):
+        who = (item["owner"], item["id"])
+        if who in seen:
+            raise ConfigFileError(f"{path}: agents[{i}]: the same agent as agents[{seen[who]}]")
+        seen[who] = i
+    return agents
+
+
 def agents_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[AgentSpec]:
-    """The agents the flags and the config file name; a usage error when none or half of one."""
-    agents: list[AgentSpec] = []
+    """The agents the flags and the config file name; a usage error when none, half of one, or a bad config.
+
+    Every agent is checked before any key file is read, so a usage error is
+    reported as one (exit 2) whatever else is wrong.
+    """
+    given: list[tuple[Optional[str], str, str, str]] = []  # owner, id, key_file, folder
     flags = (args.agent_id, args.key_file, args.agent_folder)
     if any(flags) or args.agent_owner is not None or args.no_owner:
         if not all(flags) or (args.agent_owner is None and not args.no_owner):
             parser.error("an agent by flags needs --agent-id, --agent-owner or --no-owner, --key-file and --agent-folder")
-        agents.append(_spec(None if args.no_owner else args.agent_owner, args.agent_id, args.key_file, args.agent_folder))
+        given.append((None if args.no_owner else args.agent_owner, args.agent_id, args.key_file, args.agent_folder))
     if args.config:
-        with open(args.config, encoding="utf-8") as f:
-            config = json.load(f)
-        for i, item in enumerate(config.get("agents", [])):
-            missing = {"id", "owner", "key_file", "folder"} - set(item)
-            if missing:
-                parser.error(f"{args.config}: agent {i} lacks {', '.join(sorted(missing))}")
-            owner = item["owner"]
-            if owner is not None and not isinstance(owner, str):
-                parser.error(f"{args.config}: agent {i}: owner must be a string or null")
-            agents.append(_spec(owner, str(item["id"]), item["key_file"], item["folder"]))
-    if not agents:
+        try:
+            items = config_agents(args.config)
+        except ConfigFileError as exc:
+            parser.error(str(exc))
+        given += [(item["owner"], item["id"], item["key_file"], item["folder"]) for item in items]
+    if not given:
         parser.error("no agent to serve: give --agent-id ... or --config")
-    return agents
+    if len({(owner, agent_id) for owner, agent_id, _, _ in given}) != len(given):
+        parser.error("an agent is given twice (by the flags and the config)")
+    return [_spec(*agent) for agent in given]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    for flag, value in (("--call-timeout", args.call_timeout), ("--request-timeout", args.request_timeout)):
+        try:
+            SECONDS.check(value, flag)
+        except ValueError as exc:
+            parser.error(str(exc))
     logging.basicConfig(stream=sys.stderr, level=args.log_level, format="lnk-store-bridge: %(levelname)s %(message)s")
     try:
         agents = agents_from(args, parser)
