@@ -47,7 +47,7 @@ from .validate import Agent, compact
 #: The latest events a serve process keeps of a conversation it writes (blocks up to this are packed from memory).
 RECENT_KEPT = 64
 #: The head's packing hint moves on every this many events: a head write that often, a listing at most this long.
-HINT_EVERY = 256
+HINT_EVERY = 64
 #: What a serve process keeps of conversations' latest events: part of cache.MEMORY_BUDGET.
 RECENT_BUDGET = 16 * 1024 * 1024
 #: Rounds of reading again when an epoch dies under a read (a removal racing it).

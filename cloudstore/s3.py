@@ -198,10 +198,10 @@ class S3Backend:
         got = 0
         for page in self._pages(**args):
             for item in page.get("Contents", []):
-                if limit is not None and got >= limit:
-                    return
                 got += 1
                 yield Listed(item["Key"], item["LastModified"].timestamp(), item.get("ETag"), item.get("Size"))
+                if limit is not None and got >= limit:
+                    return  # before the paginator asks for a page nobody will read
 
     def list_dirs(self, prefix: str) -> list[str]:
         parts: set[str] = set()

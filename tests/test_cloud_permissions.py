@@ -85,3 +85,19 @@ def test_every_request_is_an_object_request_under_the_prefix(proxied) -> None:
             else:
                 assert r.method == "GET" and "list-type" in query, f"{r.method} {r.target}: a bucket request"
                 assert query.get("prefix", [""])[0].startswith(prefix), f"{r.target}: a listing outside the prefix"
+
+
+def test_job_next_over_many_agents_is_two_requests(proxied) -> None:
+    """One listing of the due index (16 keys) and one read to confirm, however many agents wait.
+
+    boto3's paginator once asked for the next page of a listing already cut
+    at its limit: every ``job_next`` on S3 paid a third request, in series.
+    """
+    proxy, store = proxied
+    with serving(store) as (proc,):
+        for i in range(20):
+            s = Session(proc, fresh_agent())
+            assert s("job_put", job={"id": f"j{i}", "spec": {}, "due": 1000 + i}, place="waiting") == {"reply": "done"}
+        proxy.clear()
+        assert Session(proc, fresh_agent())("job_next") == {"reply": "next", "next": 1000}
+    assert len(proxy.requests()) == 2, [(r.method, r.target) for r in proxy.requests()]

@@ -1,0 +1,609 @@
+#!/usr/bin/env python3
+"""Round trips the drivers make against a bucket, counted outside the driver.
+
+    python benchmarks/cloud_round_trips.py [--rtt-ms 20] [--repeats 5] [--quick]
+        [--events 1000] [--big-events 10000 | --skip-big] [--agents 200]
+        [--appends 30] [--backends moto,gcs]
+
+For each backend (S3 on moto's server, GCS on fake-gcs-server, both started
+here as processes) a ``FaultProxy`` (tests/faults/http_proxy.py) sits between
+the drivers and the emulator and adds ``--rtt-ms`` to every request.  The
+requests are counted at that proxy, never from the driver's log, and every
+figure is set beside the raw SDK (boto3 / google-cloud-storage, in this
+process or in a fresh one) doing the nearest equivalent through the same
+proxy in the same run:
+
+* append p50, serve process, steady state  vs one conditional create
+  (``put_object(IfNoneMatch='*')`` / ``upload_from_string(if_generation_match=0)``);
+* ``last`` of an ``--events`` conversation, fresh serve process  vs one GET
+  of a small object;
+* ``read`` first=1 of ``--events``, fresh process  vs one GET of an object as
+  big as all those events;
+* ``read`` first=events-9 (the last ten), fresh process  vs one GET of ten
+  events' bytes;
+* ``read`` first=1 of ``--big-events``, fresh process (filled straight
+  against the emulator, without the proxy's latency)  vs one GET as big;
+* ``job_next`` with ``--agents`` agents each holding a waiting job, fresh
+  process and then the same process again  vs one LIST of 16 keys;
+* ``call`` mode: one ``lnk-bucket-store call`` / ``lnk-gcs call`` process
+  answering ``file_read``  vs a fresh ``python -c`` importing the SDK, making
+  a client and making one GET.
+
+A fresh serve process is started and warmed on another agent first (SDK
+import, client, first connection), then only the request of interest is
+counted and timed.  Each figure is the median of ``--repeats`` tries (appends:
+of ``--appends``).  Round trips are wall time / RTT: how many RTTs deep the
+op is, counting requests made in parallel once.  Figures, not assertions:
+emulators on a shared 2-core machine are noisy, and the proxy opens a new
+upstream connection per request, which adds a little under each request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from cloudstore.client import ServeProcess, call_once, driver_env
+from cloudstore.emulators import Emulator, start_fake_gcs, start_moto
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults is not an installed package
+
+from faults.http_proxy import FaultProxy  # noqa: E402
+
+AGENT = {"id": "bench", "owner": "bench"}
+WARM = {"op": "last", "agent": {"id": "warm-up", "owner": None}, "thread": "warm-up"}
+FILE_PATH = "instructions/bench.md"
+TIMEOUT = 300.0
+
+#: The figures' names, in the order printed (the smoke test looks for each).
+FIGURES = ("append p50", "last, fresh", "read first=1", "read last 10", "read first=1 big",
+           "job_next, fresh", "job_next, warm", "call file_read")
+
+
+def progress(text: str) -> None:
+    print(f"# {text}", file=sys.stderr, flush=True)
+
+
+def event(seq: int, text_bytes: int) -> dict:
+    return {"seq": seq, "text": "x" * text_bytes}
+
+
+def event_size(text_bytes: int) -> int:
+    """Bytes of one event as compact JSON (a typical seq): the raw baselines read as many."""
+    return len(json.dumps(event(500, text_bytes), separators=(",", ":")))
+
+
+# -- the two backends, seen from the benchmark
+
+
+@dataclass
+class Backend:
+    name: str  # "moto" / "gcs"
+    label: str
+    program: str
+    setting: str  # LNK_BUCKET_URL / LNK_GCS_URL
+    scheme: str
+    endpoint_var: str  # the env var naming the emulator's URL
+    flavor: str  # FaultProxy error flavor
+    start: Callable[[], Emulator]
+
+
+BACKENDS = {
+    "moto": Backend("moto", "S3 on moto's server", "lnk-bucket-store", "LNK_BUCKET_URL", "s3",
+                    "AWS_ENDPOINT_URL_S3", "s3", start_moto),
+    "gcs": Backend("gcs", "GCS on fake-gcs-server (memory)", "lnk-gcs", "LNK_GCS_URL", "gs",
+                   "STORAGE_EMULATOR_HOST", "gcs", start_fake_gcs),
+}
+
+
+class RawSDK:
+    """The raw SDK in this process, through the proxy: the baselines."""
+
+    def __init__(self, backend: Backend, url: str, env: dict[str, str], bucket: str) -> None:
+        self.backend = backend
+        self.bucket_name = bucket
+        if backend.name == "moto":
+            import boto3
+            from botocore.config import Config
+
+            self.client: Any = boto3.session.Session().client(
+                "s3", endpoint_url=url, aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region_name=env["AWS_DEFAULT_REGION"],
+                config=Config(retries={"total_max_attempts": 1, "mode": "standard"}))
+        else:
+            from google.auth.credentials import AnonymousCredentials
+            from google.cloud import storage
+
+            self.client = storage.Client(project=env.get("GOOGLE_CLOUD_PROJECT", "test"),
+                                         credentials=AnonymousCredentials(), client_options={"api_endpoint": url})
+            # As the driver does: no background bucket-metadata read (a request nobody asked for).
+            if getattr(self.client, "_bucket_metadata_cache", None) is not None:
+                self.client._bucket_metadata_cache = None
+            self.bucket = self.client.bucket(bucket)
+
+    def create(self, key: str, data: bytes) -> None:
+        """One conditional create (the key must be new)."""
+        if self.backend.name == "moto":
+            self.client.put_object(Bucket=self.bucket_name, Key=key, Body=data, IfNoneMatch="*")
+        else:
+            self.bucket.blob(key).upload_from_string(data, if_generation_match=0)
+
+    def get(self, key: str) -> bytes:
+        if self.backend.name == "moto":
+            return self.client.get_object(Bucket=self.bucket_name, Key=key)["Body"].read()
+        return self.bucket.blob(key).download_as_bytes()
+
+    def list16(self, prefix: str) -> int:
+        if self.backend.name == "moto":
+            return len(self.client.list_objects_v2(Bucket=self.bucket_name, Prefix=prefix, MaxKeys=16)
+                       .get("Contents", []))
+        return len(list(self.client.list_blobs(self.bucket_name, prefix=prefix, max_results=16)))
+
+
+BARE_SCRIPT = {
+    "moto": """
+import sys, boto3
+c = boto3.client("s3")
+c.get_object(Bucket=sys.argv[1], Key=sys.argv[2])["Body"].read()
+""",
+    "gcs": """
+import sys
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+c = storage.Client(project="test", credentials=AnonymousCredentials())
+c._bucket_metadata_cache = None
+c.bucket(sys.argv[1]).blob(sys.argv[2]).download_as_bytes()
+""",
+}
+
+
+# -- measuring
+
+
+@dataclass
+class Sample:
+    ms: list[float]
+    requests: list[int]
+
+    @property
+    def p50(self) -> float:
+        return statistics.median(self.ms)
+
+    @property
+    def req(self) -> float:
+        return statistics.median(self.requests)
+
+
+@dataclass
+class Row:
+    figure: str
+    driver: Sample
+    baseline_name: str
+    baseline: Sample
+    note: str = ""
+
+
+SHOW_REQUESTS = False  # --show-requests: each counted request on stderr
+
+
+def timed(proxy: FaultProxy, fn: Callable[[], Any]) -> tuple[float, int, Any]:
+    """Run ``fn`` once with the proxy's record cleared: (ms, requests at the proxy, result)."""
+    proxy.clear()
+    began = time.monotonic()
+    start = time.perf_counter()
+    result = fn()
+    ms = (time.perf_counter() - start) * 1000
+    seen = proxy.requests()
+    if SHOW_REQUESTS:
+        progress(f"{len(seen)} requests in {ms:.1f} ms:")
+        for s in seen:
+            progress(f"  +{(s.at - began) * 1000:7.1f} ms {s.method} {s.target[:400]} -> {s.status} ({s.sent} B)")
+    return ms, len(seen), result
+
+
+def checked(reply: Any, what: str) -> Any:
+    if not isinstance(reply, dict) or reply.get("reply") == "error":
+        raise RuntimeError(f"{what}: {reply}")
+    return reply
+
+
+@contextlib.contextmanager
+def no_latency(proxy: FaultProxy) -> Iterator[None]:
+    """The proxy without its added latency, for setting things up."""
+    kept = proxy.latency
+    proxy.latency = 0.0
+    try:
+        yield
+    finally:
+        proxy.latency = kept
+
+
+@contextlib.contextmanager
+def warmed(program: str, env: dict[str, str], count: int) -> Iterator[list[ServeProcess]]:
+    """``count`` serve processes, started at once and each warmed on another agent."""
+    procs = [ServeProcess(program, env=env) for _ in range(count)]
+    try:
+        for p in procs:
+            checked(p.request(WARM, timeout=TIMEOUT), "warm-up")
+        yield procs
+    finally:
+        for p in procs:
+            p.close()
+
+
+def fresh(proxy: FaultProxy, program: str, env: dict[str, str], request: dict, repeats: int,
+          check: Optional[Callable[[dict], None]] = None) -> Sample:
+    """``request`` as the first request (after the warm-up) of each of ``repeats`` fresh processes."""
+    sample = Sample([], [])
+    with warmed(program, env, repeats) as procs:
+        for p in procs:
+            ms, n, reply = timed(proxy, lambda: p.request(request, timeout=TIMEOUT))
+            checked(reply, request["op"])
+            if check:
+                check(reply)
+            sample.ms.append(ms)
+            sample.requests.append(n)
+            p.close()
+    return sample
+
+
+def fill(program: str, env: dict[str, str], thread: str, events: int, text_bytes: int) -> None:
+    """Append events 1..``events`` to ``thread`` in one serve process (straight to the emulator)."""
+    start = time.monotonic()
+    with ServeProcess(program, env=env) as p:
+        for seq in range(1, events + 1):
+            reply = p.request({"op": "append", "agent": AGENT, "thread": thread, "event": event(seq, text_bytes)},
+                              timeout=TIMEOUT)
+            if reply != {"reply": "done"}:
+                raise RuntimeError(f"filling {thread}: append {seq} answered {reply}")
+    progress(f"filled {thread} with {events} events in {time.monotonic() - start:.1f} s (no proxy)")
+
+
+def make_bucket(backend: Backend, em: Emulator, name: str) -> None:
+    """Another bucket on the same emulator."""
+    import urllib.request
+
+    base = em.env[backend.endpoint_var]
+    if backend.name == "moto":
+        req = urllib.request.Request(f"{base}/{name}", method="PUT")
+    else:
+        req = urllib.request.Request(f"{base}/storage/v1/b?project=test", data=json.dumps({"name": name}).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=10).read()
+
+
+def fill_all(program: str, env: dict[str, str], threads: list[tuple[dict[str, str], str, int]], text_bytes: int,
+             agents: int) -> None:
+    """Fill the conversations and put the agents' jobs, each in a serve process of its own, at once."""
+    errors: list[BaseException] = []
+
+    def guard(fn: Callable[..., None], *args: Any) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn(*args)
+            except BaseException as exc:  # noqa: BLE001 - re-raised below
+                errors.append(exc)
+        return run
+
+    def jobs() -> None:
+        start = time.monotonic()
+        with ServeProcess(program, env=env) as p:
+            for i in range(agents):
+                checked(p.request({"op": "job_put", "agent": {"id": f"agent-{i}", "owner": f"owner-{i % 7}"},
+                                   "place": "waiting",
+                                   "job": {"id": "j", "spec": {"i": i}, "due": 2_000_000_000 + i}},
+                                  timeout=TIMEOUT), "job_put")
+            wrote = p.request({"op": "file_write", "agent": AGENT, "path": FILE_PATH,
+                               "data": "aGVsbG8sIHdvcmxkCg==", "version": 0}, timeout=TIMEOUT)  # 0: a new file
+            if wrote != {"reply": "wrote", "version": 1}:
+                raise RuntimeError(f"file_write answered {wrote}")
+        progress(f"put {agents} agents' waiting jobs in {time.monotonic() - start:.1f} s (no proxy)")
+
+    workers = [threading.Thread(target=guard(fill, program, e, t, n, text_bytes)) for e, t, n in threads]
+    workers.append(threading.Thread(target=guard(jobs)))
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+
+
+# -- one backend
+
+
+class Turns:
+    """Backends set up at once, then measure one after another, once every one is set up."""
+
+    def __init__(self, count: int) -> None:
+        self.ready = threading.Barrier(count)
+        self.cond = threading.Condition()
+        self.now = 0
+
+    def wait(self, i: int) -> None:
+        self.ready.wait()
+        with self.cond:
+            self.cond.wait_for(lambda: self.now >= i)
+
+    def done(self, i: int) -> None:
+        self.ready.abort()  # a run that failed before the barrier must not leave the others waiting
+        with self.cond:
+            self.now = max(self.now, i + 1)
+            self.cond.notify_all()
+
+
+def bench(backend: Backend, args: argparse.Namespace, turn: Callable[[], None] = lambda: None) -> list[Row]:
+    """The figures of one backend: set up, then ``turn()`` (wait for the machine), then measure."""
+    progress(f"{backend.label}: starting the emulator")
+    em = backend.start()
+    try:
+        upstream = em.env[backend.endpoint_var]
+        with FaultProxy(upstream, flavor=backend.flavor, latency=args.rtt_ms / 1000.0) as proxy:
+            return _bench(backend, args, em, proxy, turn)
+    finally:
+        em.stop()
+
+
+def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: FaultProxy,
+           turn: Callable[[], None]) -> list[Row]:
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    direct = {**em.env, backend.setting: f"{backend.scheme}://{em.bucket}/{prefix}"}
+    via = proxy.redirect(direct)
+    assert via[backend.endpoint_var] == proxy.url, "the proxy did not take the emulator's place"
+    program, n, big, tb = backend.program, args.events, args.big_events, args.text_bytes
+    rows: list[Row] = []
+
+    # Setting up, without the proxy's latency: the conversations, the jobs, the raw objects.  The big
+    # conversation has a bucket of its own: the emulators list by scanning the whole bucket (moto's LIST
+    # of 16 keys takes ~20x longer beside 10,000 events), which would swamp every other figure.
+    threads = [(direct, f"conv-{n}", n)]
+    if not args.skip_big:
+        big_bucket = f"{em.bucket}-big"
+        make_bucket(backend, em, big_bucket)
+        direct_big = {**em.env, backend.setting: f"{backend.scheme}://{big_bucket}/{prefix}"}
+        via_big = proxy.redirect(direct_big)
+        threads.append((direct_big, f"conv-{big}", big))
+    fill_all(program, direct, threads, tb, args.agents)
+    raw = RawSDK(backend, proxy.url, em.env, em.bucket)
+    size = event_size(tb)
+    raw_prefix = f"raw-{uuid.uuid4().hex[:8]}/"
+    with no_latency(proxy):
+        raw.create(raw_prefix + "small", b'{"last":1000}')
+        raw.create(raw_prefix + f"events-{n}", b"x" * (size * n))
+        raw.create(raw_prefix + "events-10", b"x" * (size * 10))
+        if not args.skip_big:
+            raw_big = RawSDK(backend, proxy.url, em.env, big_bucket)
+            raw_big.create(raw_prefix + f"events-{big}", b"x" * (size * big))
+        for i in range(max(args.agents, 16)):
+            raw.create(f"{raw_prefix}list/{i:05d}", b"j")
+        raw.get(raw_prefix + "small")  # warm: the raw client's first connection is not a figure
+    turn()
+
+    def raw_sample(fn: Callable[[], Any], times: int) -> Sample:
+        sample = Sample([], [])
+        for _ in range(times):
+            ms, count, _ = timed(proxy, fn)
+            sample.ms.append(ms)
+            sample.requests.append(count)
+        return sample
+
+    reps = args.repeats
+
+    # append, steady state in a warm serve process
+    progress(f"{backend.name}: append x{args.appends}")
+    appends = Sample([], [])
+    with warmed(program, via, 1) as (p,):
+        thread = f"appends-{uuid.uuid4().hex[:6]}"
+        for seq in range(1, args.appends + 1):
+            req = {"op": "append", "agent": AGENT, "thread": thread, "event": event(seq, tb)}
+            ms, count, reply = timed(proxy, lambda: p.request(req, timeout=TIMEOUT))
+            if reply != {"reply": "done"}:
+                raise RuntimeError(f"append {seq}: {reply}")
+            appends.ms.append(ms)
+            appends.requests.append(count)
+    creates = raw_sample(lambda: raw.create(f"{raw_prefix}create/{uuid.uuid4().hex}", b"x" * size), args.appends)
+    rows.append(Row("append p50", appends, "1 conditional create", creates,
+                    f"req mean {statistics.mean(appends.requests):.2f} max {max(appends.requests)}, "
+                    f"{args.appends} appends"))
+
+    # last / read from fresh processes
+    conv = f"conv-{n}"
+
+    def expect_last(reply: dict) -> None:
+        if reply.get("last") != n:
+            raise RuntimeError(f"last of {conv} answered {reply}")
+
+    def expect_events(count: int, first: int) -> Callable[[dict], None]:
+        def check(reply: dict) -> None:
+            events = reply.get("events", [])
+            if len(events) != count or (events and events[0].get("seq") != first):
+                raise RuntimeError(f"read first={first} of {conv}: {len(events)} events, expected {count}")
+        return check
+
+    progress(f"{backend.name}: last, read (fresh processes x{reps})")
+    rows.append(Row("last, fresh", fresh(proxy, program, via, {"op": "last", "agent": AGENT, "thread": conv}, reps,
+                                         expect_last),
+                    "1 GET, small object", raw_sample(lambda: raw.get(raw_prefix + "small"), reps),
+                    f"{n} events"))
+    rows.append(Row("read first=1", fresh(proxy, program, via, {"op": "read", "agent": AGENT, "thread": conv,
+                                                                "first": 1}, reps, expect_events(n, 1)),
+                    f"1 GET, {size * n // 1024} KiB", raw_sample(lambda: raw.get(raw_prefix + f"events-{n}"), reps),
+                    f"{n} events"))
+    rows.append(Row("read last 10", fresh(proxy, program, via, {"op": "read", "agent": AGENT, "thread": conv,
+                                                                "first": n - 9}, reps, expect_events(10, n - 9)),
+                    f"1 GET, {size * 10} B", raw_sample(lambda: raw.get(raw_prefix + "events-10"), reps),
+                    f"first={n - 9} of {n}"))
+    if not args.skip_big:
+        progress(f"{backend.name}: read first=1 of {big} (fresh processes x{reps})")
+        bconv = f"conv-{big}"
+
+        def expect_big(reply: dict) -> None:
+            events = reply.get("events", [])
+            if len(events) != big:
+                raise RuntimeError(f"read first=1 of {bconv}: {len(events)} events")
+
+        big_read = fresh(proxy, program, via_big, {"op": "read", "agent": AGENT, "thread": bconv, "first": 1},
+                         reps, expect_big)
+        with no_latency(proxy):
+            raw_big.get(raw_prefix + f"events-{big}")  # warm
+        big_get = raw_sample(lambda: raw_big.get(raw_prefix + f"events-{big}"), reps)
+        big_list = raw_sample(lambda: raw_big.list16(prefix + "/"), reps)
+        rows.append(Row("read first=1 big", big_read, f"1 GET, {size * big // 1024} KiB", big_get,
+                        f"{big} events, own bucket; raw LIST 16 there {big_list.p50:.0f} ms"))
+
+    # job_next: fresh, then the same processes again
+    progress(f"{backend.name}: job_next with {args.agents} agents waiting")
+    due = 2_000_000_000
+    next_fresh, next_warm = Sample([], []), Sample([], [])
+    with warmed(program, via, reps) as procs:
+        for p in procs:
+            for sample in (next_fresh, next_warm):
+                ms, count, reply = timed(proxy, lambda: p.request({"op": "job_next", "agent": AGENT},
+                                                                  timeout=TIMEOUT))
+                if checked(reply, "job_next").get("next") != due:
+                    raise RuntimeError(f"job_next answered {reply}, expected {due}")
+                sample.ms.append(ms)
+                sample.requests.append(count)
+            p.close()
+    listing = raw_sample(lambda: raw.list16(raw_prefix + "list/"), reps)
+    rows.append(Row("job_next, fresh", next_fresh, "1 LIST, 16 keys", listing, f"{args.agents} agents"))
+    rows.append(Row("job_next, warm", next_warm, "1 LIST, 16 keys", listing, "2nd job_next, same process"))
+
+    # call mode: one process per request, against a bare SDK in a fresh python
+    progress(f"{backend.name}: call mode x{reps}")
+    calls = Sample([], [])
+    request = {"op": "file_read", "agent": AGENT, "path": FILE_PATH}
+    for _ in range(reps):
+        ms, count, (lines, err, code) = timed(proxy, lambda: call_once(program, request, env=via, timeout=TIMEOUT))
+        if code != 0 or len(lines) != 1 or not json.loads(lines[0]).get("file"):
+            raise RuntimeError(f"{program} call exited {code}: {lines} {err[-500:]}")
+        calls.ms.append(ms)
+        calls.requests.append(count)
+    bare = Sample([], [])
+    for _ in range(reps):
+        argv = [sys.executable, "-c", BARE_SCRIPT[backend.name], em.bucket, raw_prefix + "small"]
+        ms, count, done = timed(proxy, lambda: subprocess.run(argv, env=driver_env(via), capture_output=True,
+                                                              timeout=TIMEOUT))
+        if done.returncode != 0:
+            raise RuntimeError(f"bare SDK GET exited {done.returncode}: {done.stderr.decode()[-800:]}")
+        bare.ms.append(ms)
+        bare.requests.append(count)
+    rows.append(Row("call file_read", calls, "python: import SDK + 1 GET", bare, "process per request"))
+    return rows
+
+
+# -- printing
+
+
+def fmt_req(sample: Sample) -> str:
+    return f"{sample.req:g}"
+
+
+def fmt_rt(ms: float, rtt_ms: float) -> str:
+    return f"{ms / rtt_ms:.1f}" if rtt_ms > 0 else "-"
+
+
+def table(label: str, rows: Sequence[Row], rtt_ms: float) -> str:
+    head = (f"{'figure':<18} {'req':>5} {'wall ms':>9} {'RTTs':>6} | {'raw SDK, nearest equivalent':<28} "
+            f"{'req':>4} {'wall ms':>9} {'RTTs':>6} | {'ratio':>6}  note")
+    out = [f"\n{label}", head, "-" * len(head)]
+    for r in rows:
+        d, b = r.driver, r.baseline
+        ratio = d.p50 / b.p50 if b.p50 > 0 else float("nan")
+        out.append(f"{r.figure:<18} {fmt_req(d):>5} {d.p50:9.1f} {fmt_rt(d.p50, rtt_ms):>6} | "
+                   f"{r.baseline_name:<28} {fmt_req(b):>4} {b.p50:9.1f} {fmt_rt(b.p50, rtt_ms):>6} | "
+                   f"{ratio:6.2f}  {r.note}")
+    return "\n".join(out)
+
+
+def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rtt-ms", type=float, default=20.0, help="latency the proxy adds to every request")
+    parser.add_argument("--repeats", type=int, default=None, help="tries per figure, median reported (5; 3 quick)")
+    parser.add_argument("--appends", type=int, default=None, help="appends timed (30; 15 quick)")
+    parser.add_argument("--events", type=int, default=1000, help="events of the conversation read")
+    parser.add_argument("--big-events", type=int, default=10000, help="events of the big conversation")
+    parser.add_argument("--skip-big", action="store_true", help="leave out the big conversation (quick does)")
+    parser.add_argument("--agents", type=int, default=200, help="agents holding a waiting job, for job_next")
+    parser.add_argument("--text-bytes", type=int, default=200, help="bytes of text in each event")
+    parser.add_argument("--backends", default="moto,gcs", help="comma-separated: moto, gcs")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, no big conversation")
+    parser.add_argument("--show-requests", action="store_true", help="print each counted request on stderr")
+    args = parser.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 3 if args.quick else 5
+    if args.appends is None:
+        args.appends = 15 if args.quick else 30
+    args.skip_big = args.skip_big or args.quick
+    names = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = [b for b in names if b not in BACKENDS]
+    if unknown or not names:
+        parser.error(f"--backends takes a comma-separated list of {', '.join(BACKENDS)}, not {args.backends!r}")
+    args.backend_names = names
+    if args.events < 10 or args.repeats < 1 or args.appends < 1 or args.agents < 1:
+        parser.error("--events must be at least 10; --repeats, --appends and --agents at least 1")
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    global SHOW_REQUESTS
+    args = parse(argv)
+    SHOW_REQUESTS = args.show_requests
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    print(f"cloud round trips: RTT {args.rtt_ms:g} ms added by a proxy per request; backends "
+          f"{', '.join(BACKENDS[b].label for b in args.backend_names)}; {now}")
+    print(f"host {platform.node()} ({os.cpu_count()} cores), python {platform.python_version()}; "
+          f"repeats {args.repeats}, appends {args.appends}, events {args.events}, "
+          f"big {'skipped' if args.skip_big else args.big_events}, agents {args.agents}, "
+          f"event text {args.text_bytes} B")
+    print("req: requests counted at the proxy (median); wall ms: median; RTTs: wall / RTT; "
+          "ratio: driver wall / raw SDK wall")
+    sys.stdout.flush()
+    started = time.monotonic()
+    # Every backend fills its store at once (the slow part, CPU-bound in the emulators and drivers);
+    # the measuring waits until all are filled, and runs one backend at a time.
+    turns = Turns(len(args.backend_names))
+    results: dict[int, list[Row]] = {}
+    errors: dict[int, BaseException] = {}
+
+    def run(i: int, backend: Backend) -> None:
+        try:
+            results[i] = bench(backend, args, lambda: turns.wait(i))
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            errors[i] = exc
+        finally:
+            turns.done(i)
+
+    workers = [threading.Thread(target=run, args=(i, BACKENDS[name]), daemon=True)
+               for i, name in enumerate(args.backend_names)]
+    for w in workers:
+        w.start()
+    for i, (name, w) in enumerate(zip(args.backend_names, workers)):
+        w.join()
+        if i in errors:
+            for other in workers:
+                other.join()
+            real = [e for _, e in sorted(errors.items()) if not isinstance(e, threading.BrokenBarrierError)]
+            raise (real or [errors[i]])[0]
+        backend = BACKENDS[name]
+        print(table(f"{backend.label} ({backend.program})", results[i], args.rtt_ms))
+        sys.stdout.flush()
+    print(f"\ntotal run {time.monotonic() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

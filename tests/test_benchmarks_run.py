@@ -1,0 +1,49 @@
+"""The benchmarks still run: benchmarks/cloud_round_trips.py at its tiniest settings.
+
+Figures are not checked (these machines are noisy), only that the run ends
+well and prints a row for every figure on both backends.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "benchmarks", "cloud_round_trips.py")
+
+
+def load_benchmark():
+    spec = importlib.util.spec_from_file_location("cloud_round_trips", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # dataclasses look their module up there
+    spec.loader.exec_module(sys.modules[spec.name])
+    return sys.modules[spec.name]
+
+
+def test_quick_settings_skip_the_big_conversation():
+    bench = load_benchmark()
+    quick = bench.parse(["--quick"])
+    assert quick.skip_big and quick.repeats == 3 and quick.rtt_ms == 20.0
+    assert quick.backend_names == ["moto", "gcs"]
+    full = bench.parse([])
+    assert not full.skip_big and full.repeats == 5 and full.big_events == 10000 and full.agents == 200
+
+
+def test_cloud_round_trips_prints_every_figure():
+    bench = load_benchmark()
+    # Every figure, the big conversation included (70 events: past one 64-event segment), on both backends.
+    argv = [sys.executable, SCRIPT, "--rtt-ms", "0", "--repeats", "1", "--appends", "2", "--events", "20",
+            "--big-events", "70", "--agents", "3", "--backends", "moto,gcs"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=150, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "RTT 0 ms" in out.splitlines()[0]
+    moto, gcs = out.find("S3 on moto's server ("), out.find("GCS on fake-gcs-server (memory) (")
+    assert 0 < moto < gcs, out
+    for label, table in (("moto", out[moto:gcs]), ("gcs", out[gcs:])):
+        figures = [line[:18].rstrip() for line in table.splitlines() if line.count("|") == 2 and not line.startswith("figure ")]
+        assert figures == list(bench.FIGURES), f"{label}: rows {figures}\n{out}"
