@@ -129,7 +129,7 @@ class Answerer:
 
     def answer(self, line: bytes) -> dict:
         from .settings import SettingError
-        from .validate import RequestError, parse_request
+        from .validate import SHOWN_MAX, RequestError, parse_request, shown
 
         try:
             request = parse_request(line)
@@ -140,7 +140,9 @@ class Answerer:
             return service.answer(request)
         before, start = service.space.store.requests, time.perf_counter()
         reply = service.answer(request)
-        log.debug("op=%s reply=%s requests=%d ms=%.2f", request.get("op"), reply.get("reply"),
+        op = request.get("op")
+        log.debug("op=%s reply=%s requests=%d ms=%.2f", op if isinstance(op, str) and len(op) <= SHOWN_MAX else shown(op),
+                  reply.get("reply"),
                   service.space.store.requests - before, (time.perf_counter() - start) * 1000)
         return reply
 

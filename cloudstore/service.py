@@ -83,7 +83,7 @@ class Service:
             raise v.RequestError("'op' must be a string naming the operation")
         handler = self.ops.get(op)
         if handler is None:
-            raise v.RequestError(f"unknown op {op!r}")
+            raise v.RequestError(f"unknown op {v.shown(op)}")
         return handler(request, v.agent(request))
 
     # -- conversations

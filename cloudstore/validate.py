@@ -26,6 +26,16 @@ PLACES = ("waiting", "firing", "ending")
 FILE_ROOTS = ("instructions", "skills")
 
 
+#: Characters of a caller's value that an error reply or a log line shows: a value may be as long as a line.
+SHOWN_MAX = 80
+
+
+def shown(value: object) -> str:
+    """A caller's value as an error or log shows it: its repr, cut past SHOWN_MAX characters."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_MAX else f"{text[:SHOWN_MAX]}... ({len(text)} characters)"
+
+
 class RequestError(Exception):
     """The request breaks a rule; the message says which."""
 

@@ -170,3 +170,16 @@ def test_a_store_that_cannot_be_opened_is_an_error_reply_that_names_no_place(pro
     assert reply["reply"] == "error" and reply["error"].startswith(f"{setting} names a store that cannot be opened")
     for place in (str(tmp_path), "hidden-bucket", "a-file-not-a-folder"):
         assert place not in reply["error"]
+
+
+def test_a_huge_unknown_op_is_not_echoed_whole(tmp_path) -> None:
+    """An unknown op of 900 KB was echoed whole into the error reply and the debug log line."""
+    import subprocess
+
+    request = json.dumps({"op": "x" * 900_000, "agent": {"id": "a"}})
+    done = subprocess.run(["lnk-bucket-store", "call"], input=line(request), capture_output=True, timeout=120,
+                          env={**__import__("os").environ, "LNK_BUCKET_URL": f"file://{tmp_path}/store",
+                               "LNK_STORE_LOG": "debug"})
+    reply = json.loads(done.stdout)
+    assert reply["reply"] == "error" and reply["error"].startswith("unknown op 'xxx")
+    assert len(done.stdout) < 500 and len(done.stderr) < 1000, (len(done.stdout), len(done.stderr))
