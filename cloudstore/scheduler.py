@@ -81,6 +81,7 @@ from __future__ import annotations
 import shutil
 import signal
 import sys
+import threading
 from typing import Optional, Sequence
 
 from .client import program_argv
@@ -88,13 +89,15 @@ from .scheduler_config import ConfigError, Settings, load
 from .scheduler_fire import FireCommand
 from .scheduler_log import log
 from .scheduler_runner import Runner
-from .scheduler_store import AgentStore, BridgeStoreClient, Counted, ServeClient
+from .scheduler_store import Agent, AgentStore, BridgeStoreClient, Counted, ServeClient, StoreError
 
 
 def build(settings: Settings) -> tuple[Runner, list[Counted]]:
     """The runner and the clients it sends through (counted, for the ``stopped`` log)."""
     clients: list[Counted] = []
     shared: Optional[Counted] = None
+    renewals: Optional[Counted] = None  # the claims' renewals: a second process of the shared driver
+    renew_stores: dict[Agent, AgentStore] = {}
     stores: list[AgentStore] = []
     next_stores: list[AgentStore] = []
     for cfg in settings.agents:
@@ -116,10 +119,19 @@ def build(settings: Settings) -> tuple[Runner, list[Counted]]:
                 if shutil.which(program, path=settings.driver_env.get("PATH")) is None:
                     raise ConfigError(f"driver {program!r} is not a program found on PATH")
                 shared = Counted(ServeClient(settings.driver, settings.driver_env))
-                clients.append(shared)
+                renewals = Counted(ServeClient(settings.driver, settings.driver_env))
+                clients += [shared, renewals]
                 next_stores.append(AgentStore(cfg.agent, shared))  # one job_next answers for the whole store
             store = AgentStore(cfg.agent, shared)
+            assert renewals is not None
+            renew_stores[cfg.agent] = AgentStore(cfg.agent, renewals)
         stores.append(store)
+    # The renewals' process is used once it has answered: starting a driver (its SDK's imports)
+    # can take longer than a lapse/3, and a first renewal waiting on it would fence its fire.
+    ready = threading.Event()
+    if renew_stores:
+        first = next(iter(renew_stores.values()))
+        threading.Thread(target=_warm, args=(first, ready), name="renewals-warm", daemon=True).start()
     runner = Runner(
         stores,
         next_stores,
@@ -128,8 +140,18 @@ def build(settings: Settings) -> tuple[Runner, list[Counted]]:
         settings.timing,
         settings.workers,
         settings.keep_ending,
+        renew_via=lambda store: renew_stores.get(store.agent, store) if ready.is_set() else store,
     )
     return runner, clients
+
+
+def _warm(store: AgentStore, ready: threading.Event) -> None:
+    """Start the renewals' driver process with one cheap request; ``ready`` once it answered."""
+    try:
+        store.mark()
+    except StoreError:
+        return  # renewals keep going through the runner's own process
+    ready.set()
 
 
 def fire_command(settings: Settings) -> FireCommand:

@@ -7,7 +7,9 @@ who fires it is kept beside it, in a conversation lease on the thread
 * taken BEFORE the job is shifted out of waiting, so a job in firing always
   has a live lease unless its runner died (then it lapses and another runner
   takes it back, ``take`` answering ``lapsed``);
-* renewed every lapse/3 by one thread for every claim this runner holds;
+* renewed every lapse/3 by one thread for every claim this runner holds,
+  through a driver process of its own where the runner has one serve
+  process (so a renewal never queues behind the runner's claims);
 * ended once the job has left firing, never before (a runner that can't tell
   where its job is leaves the lease to lapse, so recovery looks again).
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from .scheduler_log import log
 from .scheduler_store import AgentStore, StoreError
@@ -69,8 +71,13 @@ class Claim:
 class Claims:
     """Takes, renews, fences and lets go of this runner's claim leases."""
 
-    def __init__(self, holder: str, lapse: float) -> None:
+    def __init__(self, holder: str, lapse: float,
+                 renew_via: Optional[Callable[[AgentStore], AgentStore]] = None) -> None:
         self.holder = holder
+        # Renewals through a driver process of their own: behind a burst of claims in the
+        # runner's one serve process they waited past the lapse, and a live runner's fire
+        # was fenced and fired again elsewhere.
+        self.renew_via = renew_via or (lambda store: store)
         self.lapse = lapse
         self.lapse_ms = max(1, int(round(lapse * 1000)))
         self.fence = lapse * FENCE
@@ -127,7 +134,7 @@ class Claims:
                     continue
                 sent = time.monotonic()
                 try:
-                    renewed = claim.store.renew(claim.thread, self.holder)
+                    renewed = self.renew_via(claim.store).renew(claim.thread, self.holder)
                 except StoreError as exc:
                     log("lease_renew_failed", agent=claim.store.agent.label(), job=claim.job_id, error=str(exc))
                     continue

@@ -34,7 +34,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from .scheduler_claimer import Claimer, due_of
 from .scheduler_claims import Claims
@@ -85,12 +85,13 @@ class Runner:
         timing: Timing = Timing(),
         workers: int = WORKERS,
         keep_ending: bool = False,
+        renew_via: Optional[Callable[[AgentStore], AgentStore]] = None,
     ) -> None:
         self.stores = list(stores)
         self.next_stores = list(next_stores)  # one agent per distinct store, to ask job_next through
         self.holder = holder
         self.timing = timing
-        self.claims = Claims(holder, timing.lapse)
+        self.claims = Claims(holder, timing.lapse, renew_via)
         self.claimer = Claimer(self.claims, fire, workers, keep_ending)
         self._stop = threading.Event()
         # Per agent: the mark baseline, and its waiting jobs as listed after that baseline was read.
