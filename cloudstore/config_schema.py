@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+from . import strict_json
+
 # A check beyond the type: the problem with the value, or None when it is fine.
 Extra = Callable[[Any], Optional[str]]
 
@@ -280,19 +282,6 @@ class Obj(Spec):
         return out
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _no_twice(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise ValueError(f"the key {json.dumps(k, ensure_ascii=False)} appears twice in one object")
-        out[k] = v
-    return out
-
-
 def load_json(path: str) -> Any:
     """The JSON value in file ``path``; ConfigFileError (naming the file) when unreadable or not strict JSON."""
     try:
@@ -301,7 +290,7 @@ def load_json(path: str) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigFileError(f"{path}: cannot read it: {exc}") from None
     try:
-        return json.loads(text, object_pairs_hook=_no_twice, parse_constant=_no_constant)
+        return strict_json.loads(text)
     except RecursionError:
         raise ConfigFileError(f"{path}: not valid JSON: nested too deep") from None
     except ValueError as exc:

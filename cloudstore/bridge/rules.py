@@ -9,11 +9,9 @@ the drivers can never disagree on what a legal path or datum is.
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Any
 
-from .. import validate
+from .. import strict_json, validate
 from ..validate import Agent, RequestError
 from .drivers import Contract
 
@@ -25,24 +23,6 @@ class Refused(Exception):
     """The call may not reach the driver; the message says why."""
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
-    """Refuse an object naming a key twice.
-
-    Parsers differ on which of two equal keys wins, so ``{"agent": A,
-    "agent": B}`` could be checked here as A and acted on by a driver as B.
-    """
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise Refused(f"JSON object names {key!r} twice")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise Refused(f"not valid JSON: {name}")
-
-
 def parse_line(line: bytes, what: str) -> dict:
     """One line as a strict JSON object: UTF-8, no NaN/Infinity, no repeated key."""
     try:
@@ -50,9 +30,7 @@ def parse_line(line: bytes, what: str) -> dict:
     except UnicodeDecodeError as exc:
         raise Refused(f"{what} is not UTF-8") from exc
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except Refused:
-        raise
+        value = strict_json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise Refused(f"{what} is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
