@@ -28,15 +28,25 @@ import json
 from typing import Any, Optional
 
 from .due_index import DueIndex
-from .generations import Object, PreconditionFailed, entropy
+from .generations import Listed, NotFound, Object, PreconditionFailed, StoreError, entropy
 from .space import KEEP, Space
 from .validate import Agent
 
 WAITING = "waiting"
+#: How long a record left with no place stays as a tombstone before a listing deletes it: far past
+#: any write that could still land late (requests time out in seconds), so none can bring a job back.
+TOMBSTONE_MS = 3600 * 1000
 
 
 def _places(record: Optional[dict]) -> dict:
     return {} if record is None else dict(record.get("places", {}))
+
+
+def _emptied(record: Optional[dict]) -> Optional[int]:
+    """When a tombstone record (no place) was left empty, in store milliseconds; None for a live record."""
+    if record is None or _places(record):
+        return None
+    return int(record.get("emptied", 0))
 
 
 def waiting_of(record: Optional[dict]) -> Optional[dict]:
@@ -60,14 +70,15 @@ class Jobs:
         mark = int.from_bytes(entropy(7), "big") % (2**53 - 1) + 1
         self.space.update(self.space.keys(agent).mark(), lambda _: ({"mark": mark}, None), cached=True)
 
-    def _delete_record_if_empty(self, key: str) -> None:
-        """Remove a record left with no place, only if nobody changed it since."""
-        obj, record = self.space.get_json(key)
-        if obj is not None and not _places(record):
-            try:
-                self.space.store.delete(key, obj.version)
-            except PreconditionFailed:
-                pass
+    def _sweep(self, listed: list[Listed], emptied: list[Optional[int]]) -> None:
+        """Delete the records a listing found empty for over TOMBSTONE_MS, each only at the version listed."""
+        now = self.space.store.clock.now_ms()
+        for item, when in zip(listed, emptied):
+            if when is not None and now - when > TOMBSTONE_MS:
+                try:
+                    self.space.store.delete(item.key, item.version)
+                except (PreconditionFailed, NotFound, StoreError):
+                    pass  # changed meanwhile, gone, or the store is failing: the next listing tries again
 
     def put(self, agent: Agent, place: str, job: dict) -> None:
         keys = self.space.keys(agent)
@@ -96,17 +107,20 @@ class Jobs:
         if place == WAITING:
             self._bump_mark(agent)
 
+        now = self.space.store.clock.now_ms()
+
         def change(record: Optional[dict]) -> tuple[Any, Optional[dict]]:
             places = _places(record)
             if place not in places:
                 return KEEP, None
             old = places.pop(place)
-            return {"places": places}, old
+            # Left empty, the record stays as a tombstone: deleted, a create of it landing
+            # late (sent before, held in the network) would bring back a job removed since.
+            return ({"places": places} if places else {"places": {}, "emptied": now}), old
 
         old = self.space.update(key, change)
         if old is None:
             return False
-        self._delete_record_if_empty(key)
         if place == WAITING:
             self.index.drop(old.get("entry"))
         return True
@@ -152,20 +166,26 @@ class Jobs:
 
     def listing(self, agent: Agent, place: str) -> list[dict]:
         """The jobs in ``place``: each record read (or remembered) and only that place's job kept."""
-        def job_in_place(obj: Object) -> Optional[dict]:
-            entry = _places(json.loads(obj.data)).get(place)
-            return None if entry is None else entry["job"]
+        def job_in_place(obj: Object) -> tuple[Optional[dict], Optional[int]]:
+            record = json.loads(obj.data)
+            entry = _places(record).get(place)
+            return (None if entry is None else entry["job"]), _emptied(record)
 
         listed = self.space.store.list(self.space.keys(agent).jobs())
-        return [job for job in self.space.listed_values(listed, job_in_place, kind=place + ":") if job is not None]
+        values = [v or (None, None) for v in self.space.listed_values(listed, job_in_place, kind=place + ":")]
+        self._sweep(listed, [emptied for _, emptied in values])
+        return [job for job, _ in values if job is not None]
 
     def count(self, agent: Agent, place: str) -> int:
         """How many jobs ``place`` holds: only the places of each record are kept, never the jobs."""
-        def places(obj: Object) -> frozenset[str]:
-            return frozenset(_places(json.loads(obj.data)))
+        def places(obj: Object) -> tuple[frozenset[str], Optional[int]]:
+            record = json.loads(obj.data)
+            return frozenset(_places(record)), _emptied(record)
 
         listed = self.space.store.list(self.space.keys(agent).jobs())
-        return sum(1 for held in self.space.listed_values(listed, places, kind="places:") if held and place in held)
+        values = [v or (frozenset(), None) for v in self.space.listed_values(listed, places, kind="places:")]
+        self._sweep(listed, [emptied for _, emptied in values])
+        return sum(1 for held, _ in values if place in held)
 
     def next(self) -> Optional[Any]:
         return self.index.next(waiting_of)

@@ -186,3 +186,24 @@ def test_a_stale_index_entry_wakes_early_and_is_collected(store_env, monkeypatch
     monkeypatch.setattr(due_index, "GRACE", 0.0)
     assert service.jobs.next() == 50
     assert len(service.space.store.list(due_index.due_root(loc.prefix))) == 1
+
+
+def test_a_removed_jobs_record_stays_a_tombstone_until_long_after(store_env, monkeypatch):
+    """A record left with no place is kept (a create landing late must find it there), and a listing
+    deletes it once it has been empty for TOMBSTONE_MS, so one-shot job ids do not pile up."""
+    import cloudstore.jobs as jobs
+    from cloudstore.validate import Agent
+
+    service = service_of(store_env)
+    agent = Agent("tomb", "o")
+    keys = service.space.keys(agent)
+    service.jobs.put(agent, "waiting", job("once", 50))
+    assert service.jobs.remove(agent, "waiting", "once")
+    assert [item.key for item in service.space.store.list(keys.jobs())] == [keys.job("once")]
+    assert service.jobs.listing(agent, "waiting") == [] and service.jobs.count(agent, "waiting") == 0
+    assert len(service.space.store.list(keys.jobs())) == 1, "kept while young"
+    monkeypatch.setattr(jobs, "TOMBSTONE_MS", -1)
+    assert service.jobs.count(agent, "waiting") == 0
+    assert service.space.store.list(keys.jobs()) == [], "swept once old"
+    service.jobs.put(agent, "waiting", job("once", 60))
+    assert service.jobs.listing(agent, "waiting") == [job("once", 60)]

@@ -306,6 +306,22 @@ def test_7b_a_late_lease_delete_of_remove_never_frees_the_next_holders_lease(mac
     assert renewed == {"reply": "done"}, f"B still holds its lease: renew must be done; got {renewed} ({landed})"
 
 
+def test_7c_a_late_create_of_a_job_record_never_brings_back_a_removed_job(machines: Machines) -> None:
+    """Found by the simulation (seed 338265): A's put of a new job held its first create in the network and
+    answered done on the retry; B removed the job, which deleted the empty record; the held create then
+    landed on no object and the removed job was waiting again."""
+    a, b, reader = machines("A"), machines("B"), machines("reader")
+    a.plan(every_write_lands_late_once())
+    assert a.ok("job_put", place="waiting", job={"id": "j", "spec": {"v": 1}, "due": 100}) == {"reply": "done"}
+    assert b.ok("job_remove", place="waiting", id="j") == {"reply": "found", "found": True}
+    held = machines.limbo.land_all()
+    got = reader.ok("job_get", place="waiting", id="j")
+    assert got == {"reply": "job", "job": None}, (
+        f"the job was removed after its put answered done; a write of that put landing late must not bring it "
+        f"back; got {got} (late writes landed: {[(h.call.op, h.outcome) for h in held]})")
+    assert reader.ok("job_count", place="waiting") == {"reply": "count", "count": 0}
+
+
 # --------------------------------------------------------------------------
 # 9. An append racing a remove on another machine
 
