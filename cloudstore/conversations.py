@@ -209,10 +209,9 @@ class Conversations:
                 got = None if left is None else left + right
             if got is None:
                 return  # removed under us: nothing to pack
-            events = got
-            body = "[" + ",".join(events) + "]"
+            body = "[" + ",".join(got) + "]"
             self.store.put(keys.segment(thread, epoch, end, size), body.encode("ascii"), Overwrite())
-            right = events
+            right = got
         if end % HINT_EVERY == 0:
             self.heads.update(keys, thread, lambda head: (with_packed(head, epoch, end) or KEEP, None), cached=True)
 
@@ -249,10 +248,13 @@ class Conversations:
         got: dict[Piece, list[str]] = {}
         todo = list(pieces)
         while todo:
-            wanted = [p for p in todo if not all(s in recent for s in range(p.first, p.end + 1))]
+            wanted: list[Piece] = []
             for p in todo:
-                if p not in wanted:
-                    got[p] = [recent[s] for s in range(p.first, p.end + 1)]
+                seqs = range(p.first, p.end + 1)
+                if all(s in recent for s in seqs):
+                    got[p] = [recent[s] for s in seqs]
+                else:
+                    wanted.append(p)
             objs = self.space.get_many(
                 keys.event(thread, epoch, p.end) if p.size == 1 else keys.segment(thread, epoch, p.end, p.size)
                 for p in wanted

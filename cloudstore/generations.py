@@ -76,7 +76,7 @@ class StoreUnavailable(StoreError):
     ``outcome_unknown`` is True when the failed request was a write that may
     have landed anyway; callers must then never claim it certainly failed.
     (Whether a whole *operation* changed anything also depends on the writes
-    it made before: see ``RetryingStore.writes_sent``.)
+    it made before: see ``RetryingStore.writes``.)
     """
 
     def __init__(self, message: str, outcome_unknown: bool) -> None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional, TypeVar
 
 from .due_index import DueIndex
 from .generations import Listed, NotFound, Object, PreconditionFailed, StoreError, entropy
@@ -33,6 +33,7 @@ from .space import KEEP, Space
 from .validate import Agent
 
 WAITING = "waiting"
+T = TypeVar("T")
 #: How long a record left with no place stays as a tombstone before a listing deletes it: far past
 #: any write that could still land late (requests time out in seconds), so none can bring a job back.
 TOMBSTONE_MS = 3600 * 1000
@@ -164,28 +165,30 @@ class Jobs:
             self.index.drop(replaced.get("entry"))
         return True
 
-    def listing(self, agent: Agent, place: str) -> list[dict]:
-        """The jobs in ``place``: each record read (or remembered) and only that place's job kept."""
-        def job_in_place(obj: Object) -> tuple[Optional[dict], Optional[int]]:
+    def _kept(self, agent: Agent, kind: str, keep: Callable[[dict], T], absent: T) -> list[T]:
+        """What ``keep`` takes of each of the agent's job records (read, or remembered by version);
+        records left empty for over TOMBSTONE_MS are swept on the way."""
+        def parse(obj: Object) -> tuple[T, Optional[int]]:
             record = json.loads(obj.data)
-            entry = _places(record).get(place)
-            return (None if entry is None else entry["job"]), _emptied(record)
+            return keep(record), _emptied(record)
 
         listed = self.space.store.list(self.space.keys(agent).jobs())
-        values = [v or (None, None) for v in self.space.listed_values(listed, job_in_place, kind=place + ":")]
+        values = [v or (absent, None) for v in self.space.listed_values(listed, parse, kind=kind)]
         self._sweep(listed, [emptied for _, emptied in values])
-        return [job for job, _ in values if job is not None]
+        return [kept for kept, _ in values]
+
+    def listing(self, agent: Agent, place: str) -> list[dict]:
+        """The jobs in ``place``: only that place's job of each record is kept."""
+        def job_in_place(record: dict) -> Optional[dict]:
+            entry = _places(record).get(place)
+            return None if entry is None else entry["job"]
+
+        return [job for job in self._kept(agent, place + ":", job_in_place, None) if job is not None]
 
     def count(self, agent: Agent, place: str) -> int:
         """How many jobs ``place`` holds: only the places of each record are kept, never the jobs."""
-        def places(obj: Object) -> tuple[frozenset[str], Optional[int]]:
-            record = json.loads(obj.data)
-            return frozenset(_places(record)), _emptied(record)
-
-        listed = self.space.store.list(self.space.keys(agent).jobs())
-        values = [v or (frozenset(), None) for v in self.space.listed_values(listed, places, kind="places:")]
-        self._sweep(listed, [emptied for _, emptied in values])
-        return sum(1 for held, _ in values if place in held)
+        held = self._kept(agent, "places:", lambda record: frozenset(_places(record)), frozenset())
+        return sum(1 for places in held if place in places)
 
     def next(self) -> Optional[Any]:
         return self.index.next(waiting_of)

@@ -39,6 +39,11 @@ def error(why: str) -> Reply:
     return {"reply": "error", "error": why}
 
 
+def _outcome(unknown: bool) -> str:
+    """What an error says of the op's effect: whether any write of it landed or may have."""
+    return UNKNOWN_WORDS if unknown else UNCHANGED_WORDS
+
+
 class Service:
     """Answers the requests of every agent in one store (bucket and prefix)."""
 
@@ -67,15 +72,12 @@ class Service:
         except v.RequestError as exc:
             return error(str(exc))
         except (StoreUnavailable, Contention) as exc:
-            if "outcome unknown" in str(exc):
-                return error(str(exc))
-            unknown = store.writes > before or getattr(exc, "outcome_unknown", False)
-            return error(f"{exc}; {UNKNOWN_WORDS if unknown else UNCHANGED_WORDS}")
+            if getattr(exc, "outcome_unknown", False):
+                return error(str(exc))  # a write's fate unknown: its message already says so
+            return error(f"{exc}; {_outcome(store.writes > before)}")
         except Exception as exc:  # noqa: BLE001 - any failure is this request's error reply
             log.error("request failed:\n%s", traceback.format_exc())
-            unknown = store.writes > before
-            return error(f"internal error ({type(exc).__name__}: {exc}); "
-                         f"{UNKNOWN_WORDS if unknown else UNCHANGED_WORDS}")
+            return error(f"internal error ({type(exc).__name__}: {exc}); {_outcome(store.writes > before)}")
 
     def handle(self, request: dict) -> Reply:
         op = request.get("op")

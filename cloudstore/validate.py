@@ -31,9 +31,13 @@ SHOWN_MAX = 80
 
 
 def shown(value: object) -> str:
-    """A caller's value as an error or log shows it: its repr, cut past SHOWN_MAX characters."""
+    """A caller's value as an error or log shows it: its repr, cut past SHOWN_MAX characters
+    (and then how long it was: a string's own length, else its repr's)."""
     text = repr(value)
-    return text if len(text) <= SHOWN_MAX else f"{text[:SHOWN_MAX]}... ({len(text)} characters)"
+    if len(text) <= SHOWN_MAX:
+        return text
+    size = len(value) if isinstance(value, str) else len(text)
+    return f"{text[:SHOWN_MAX]}... ({size} characters)"
 
 
 class RequestError(Exception):

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
 from ..client import dumps
-from ..validate import Agent
+from ..validate import Agent, shown
 from . import rules
 from .cost import call_cost, parse_cost
 from .drivers import Contract, DriverFailed, DriverPool, DriverTimeout, NoDriverFree, read_contract
@@ -327,16 +327,6 @@ class StoreBridge:
         return dumps(rules.error_reply(reason)).encode("utf-8")
 
 
-#: Characters of an owner or id that a log line or refusal shows: a name may be as long as a caller likes.
-NAME_SHOWN = 80
-
-
-def _shown(text: str) -> str:
-    if len(text) <= NAME_SHOWN:
-        return repr(text)
-    return f"{text[:NAME_SHOWN]!r}... ({len(text)} characters)"
-
-
 def _name(agent: Agent) -> str:
     """An agent as logs and refusals show it: owner/id, or id alone with no owner; long names cut."""
-    return _shown(agent.id) if agent.owner is None else f"{_shown(agent.owner)}/{_shown(agent.id)}"
+    return shown(agent.id) if agent.owner is None else f"{shown(agent.owner)}/{shown(agent.id)}"
