@@ -255,7 +255,7 @@ class StoreBridge:
         try:
             line = reader.read_line(time.monotonic() + limits.request_timeout, limits.max_request_bytes)
         except (LineClosed, LineTimeout) as exc:
-            log.warning("%s proved but sent no request within %g s: %s", spec.agent, limits.request_timeout, exc)
+            log.warning("%s proved but sent no request within %g s: %s", _name(spec.agent), limits.request_timeout, exc)
             return None
         except LineTooLong as exc:
             return self._error(f"refused: request {exc}")
