@@ -37,7 +37,6 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from typing import Optional
 
 from cloudstore.bridge import SOCKET_NAME, BridgeClient, exchange
 from cloudstore.bridge.proof import new_key_hex
@@ -166,7 +165,7 @@ def main() -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(want, hard), hard))  # the bridge inherits it too
 
     work = tempfile.mkdtemp(prefix="lsb-flood-", dir="/tmp")
-    proc: Optional[subprocess.Popen] = None
+    proc: subprocess.Popen | None = None
     try:
         harness, folder = os.path.join(work, "h"), os.path.join(work, "agent")
         os.makedirs(harness)

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from cloudstore.bridge import SOCKET_NAME, BridgeClient
 from cloudstore.bridge.proof import new_key_hex

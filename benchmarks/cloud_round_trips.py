@@ -49,11 +49,12 @@ import platform
 import statistics
 import subprocess
 import sys
-import time
 import threading
+import time
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any
 
 from cloudstore.client import ServeProcess, call_once, driver_env
 from cloudstore.emulators import Emulator, start_fake_gcs, start_moto
@@ -245,12 +246,12 @@ def warmed(program: str, env: dict[str, str], count: int) -> Iterator[list[Serve
 
 
 def fresh(proxy: FaultProxy, program: str, env: dict[str, str], request: dict, repeats: int,
-          check: Optional[Callable[[dict], None]] = None) -> Sample:
+          check: Callable[[dict], None] | None = None) -> Sample:
     """``request`` as the first request (after the warm-up) of each of ``repeats`` fresh processes."""
     sample = Sample([], [])
     with warmed(program, env, repeats) as procs:
         for p in procs:
-            ms, n, reply = timed(proxy, lambda: p.request(request, timeout=TIMEOUT))
+            ms, n, reply = timed(proxy, lambda p=p: p.request(request, timeout=TIMEOUT))
             checked(reply, request["op"])
             if check:
                 check(reply)
@@ -409,7 +410,7 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
         thread = f"appends-{uuid.uuid4().hex[:6]}"
         for seq in range(1, args.appends + 1):
             req = {"op": "append", "agent": AGENT, "thread": thread, "event": event(seq, tb)}
-            ms, count, reply = timed(proxy, lambda: p.request(req, timeout=TIMEOUT))
+            ms, count, reply = timed(proxy, lambda p=p, req=req: p.request(req, timeout=TIMEOUT))
             if reply != {"reply": "done"}:
                 raise RuntimeError(f"append {seq}: {reply}")
             appends.ms.append(ms)
@@ -471,7 +472,7 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
     with warmed(program, via, reps) as procs:
         for p in procs:
             for sample in (next_fresh, next_warm):
-                ms, count, reply = timed(proxy, lambda: p.request({"op": "job_next", "agent": AGENT},
+                ms, count, reply = timed(proxy, lambda p=p: p.request({"op": "job_next", "agent": AGENT},
                                                                   timeout=TIMEOUT))
                 if checked(reply, "job_next").get("next") != due:
                     raise RuntimeError(f"job_next answered {reply}, expected {due}")
@@ -495,7 +496,7 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
     bare = Sample([], [])
     for _ in range(reps):
         argv = [sys.executable, "-c", BARE_SCRIPT[backend.name], em.bucket, raw_prefix + "small"]
-        ms, count, done = timed(proxy, lambda: subprocess.run(argv, env=driver_env(via), capture_output=True,
+        ms, count, done = timed(proxy, lambda argv=argv: subprocess.run(argv, env=driver_env(via), capture_output=True,
                                                               timeout=TIMEOUT))
         if done.returncode != 0:
             raise RuntimeError(f"bare SDK GET exited {done.returncode}: {done.stderr.decode()[-800:]}")
@@ -529,7 +530,7 @@ def table(label: str, rows: Sequence[Row], rtt_ms: float) -> str:
     return "\n".join(out)
 
 
-def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rtt-ms", type=float, default=20.0, help="latency the proxy adds to every request")
     parser.add_argument("--repeats", type=int, default=None, help="tries per figure, median reported (5; 3 quick)")
@@ -558,7 +559,7 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return args
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     global SHOW_REQUESTS
     args = parse(argv)
     SHOW_REQUESTS = args.show_requests
@@ -591,7 +592,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                for i, name in enumerate(args.backend_names)]
     for w in workers:
         w.start()
-    for i, (name, w) in enumerate(zip(args.backend_names, workers)):
+    for i, (name, w) in enumerate(zip(args.backend_names, workers, strict=False)):
         w.join()
         if i in errors:
             for other in workers:

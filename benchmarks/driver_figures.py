@@ -129,7 +129,13 @@ def main() -> int:
     only = set(args.only or ["file", "moto", "gcs"])
     if "file" in only:
         with tempfile.TemporaryDirectory() as folder:
-            bench("local folder (file://)", "lnk-bucket-store", {"LNK_BUCKET_URL": f"file://{folder}"}, args.events, args.agents)
+            bench(
+                "local folder (file://)",
+                "lnk-bucket-store",
+                {"LNK_BUCKET_URL": f"file://{folder}"},
+                args.events,
+                args.agents,
+            )
     if "moto" in only:
         em = start_moto()
         try:

@@ -23,8 +23,8 @@ Prints a table on stdout; runner logs go to a temporary folder.
 from __future__ import annotations
 
 import argparse
-import re
 import json
+import re
 import signal
 import statistics
 import subprocess
@@ -35,7 +35,7 @@ import uuid
 from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from cloudstore.client import ServeProcess
 from cloudstore.emulators import Emulator, start_fake_gcs, start_moto
@@ -173,11 +173,13 @@ def run_one(name: str, jobs: int, spread: float, runners_n: int, workers: int) -
         }
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--backends", default="file,moto", help="comma-separated: file, moto, gcs")
     p.add_argument("--jobs", type=int, help="jobs per backend (default: 150 on file, 60 on an emulator)")
-    p.add_argument("--spread", type=float, help="seconds the dues are spread over (default: 5 on file, 10 on an emulator)")
+    p.add_argument(
+        "--spread", type=float, help="seconds the dues are spread over (default: 5 on file, 10 on an emulator)"
+    )
     p.add_argument("--runners", type=int, default=3)
     p.add_argument("--workers", type=int, default=WORKERS, help="jobs each runner fires at once")
     args = p.parse_args(argv)
@@ -194,11 +196,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"{'backend':8} {'jobs':>5} {'jobs/s':>6} {'fired':>5} {'median ms':>10} {'p90 ms':>8} {'worst ms':>9} "
           f"{'runner med/worst ms':>20} {'requests/job':>13} {'w/o job_mark':>13} {'bucket req/job':>15}")
     for r in results:
-        print(f"{r['backend']:8} {r['jobs']:5d} {r['jobs'] / r['spread']:6.1f} {r['fired']:5d} {r['median_ms']:10.1f} {r['p90_ms']:8.1f} "
-              f"{r['worst_ms']:9.1f} {r['runner_median_ms']:9.1f}/{r['runner_worst_ms']:<10.1f} "
-              f"{r['requests'] / max(1, r['fired']):13.2f} "
-              f"{(r['requests'] - r['by_op'].get('job_mark', 0)) / max(1, r['fired']):13.2f} "
-              f"{r['bucket'] / max(1, r['fired']):15.2f}")
+        print(
+            f"{r['backend']:8} {r['jobs']:5d} {r['jobs'] / r['spread']:6.1f} {r['fired']:5d} "
+            f"{r['median_ms']:10.1f} {r['p90_ms']:8.1f} "
+            f"{r['worst_ms']:9.1f} {r['runner_median_ms']:9.1f}/{r['runner_worst_ms']:<10.1f} "
+            f"{r['requests'] / max(1, r['fired']):13.2f} "
+            f"{(r['requests'] - r['by_op'].get('job_mark', 0)) / max(1, r['fired']):13.2f} "
+            f"{r['bucket'] / max(1, r['fired']):15.2f}"
+        )
     for r in results:
         per_job = {op: round(n / max(1, r["fired"]), 2) for op, n in sorted(r["by_op"].items())}
         print(f"{r['backend']}: client requests per fired job by op: {per_job}; "

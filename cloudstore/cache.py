@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import Generic, Optional, TypeVar
+from typing import Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -32,7 +32,7 @@ class Bounded(Generic[K, V]):
         self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: K) -> Optional[V]:
+    def get(self, key: K) -> V | None:
         with self._lock:
             hit = self._items.get(key)
             if hit is None:
@@ -55,7 +55,7 @@ class Bounded(Generic[K, V]):
                 _, (_, dropped) = self._items.popitem(last=False)
                 self.used -= dropped
 
-    def pop(self, key: K) -> Optional[V]:
+    def pop(self, key: K) -> V | None:
         with self._lock:
             old = self._items.pop(key, None)
             if old is None:

@@ -13,7 +13,8 @@ import os
 import shlex
 import subprocess
 import threading
-from typing import Any, Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 Json = Any
 
@@ -30,7 +31,7 @@ def dumps(value: Json) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def driver_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+def driver_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment with ``extra`` laid over it."""
     env = dict(os.environ)
     if extra:
@@ -38,7 +39,7 @@ def driver_env(extra: Optional[Mapping[str, str]] = None) -> dict[str, str]:
     return env
 
 
-def env_pairs(pairs: Sequence[str], option: str, fail: Optional[Callable[[str], Any]] = None) -> dict[str, str]:
+def env_pairs(pairs: Sequence[str], option: str, fail: Callable[[str], Any] | None = None) -> dict[str, str]:
     """Settings given as repeated ``KEY=VALUE`` options.
 
     A malformed one is reported through ``fail`` (an argparse parser's
@@ -63,7 +64,7 @@ class DriverError(Exception):
 def call_once(
     program: str | Sequence[str],
     request: Json | bytes,
-    env: Optional[Mapping[str, str]] = None,
+    env: Mapping[str, str] | None = None,
     timeout: float = 30.0,
 ) -> tuple[list[str], str, int]:
     """Run ``program call`` once; (stdout lines, stderr, exit code).
@@ -83,7 +84,7 @@ def call_once(
     return out.splitlines(), done.stderr.decode("utf-8", "replace"), done.returncode
 
 
-def call(program: str | Sequence[str], request: Json, env: Optional[Mapping[str, str]] = None) -> Json:
+def call(program: str | Sequence[str], request: Json, env: Mapping[str, str] | None = None) -> Json:
     """One request in ``call`` mode; the reply, or DriverError when not exactly one JSON line."""
     lines, err, code = call_once(program, request, env)
     if code != 0 or len(lines) != 1:
@@ -102,7 +103,7 @@ class ServeProcess:
     def __init__(
         self,
         program: str | Sequence[str],
-        env: Optional[Mapping[str, str]] = None,
+        env: Mapping[str, str] | None = None,
         stderr: Any = None,
     ) -> None:
         self.argv = program_argv(program) + ["serve"]
@@ -115,7 +116,7 @@ class ServeProcess:
         )
         self._lock = threading.Lock()
 
-    def request_line(self, line: bytes, timeout: Optional[float] = None) -> str:
+    def request_line(self, line: bytes, timeout: float | None = None) -> str:
         """Send one raw line (newline added); the raw reply line, newline stripped."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
         with self._lock:
@@ -132,7 +133,7 @@ class ServeProcess:
             raise DriverError(f"driver closed its stdout (exit {self.proc.poll()})")
         return reply.decode("utf-8").rstrip("\n")
 
-    def request(self, request: Json, timeout: Optional[float] = None) -> Json:
+    def request(self, request: Json, timeout: float | None = None) -> Json:
         """Send one request; its reply as JSON."""
         text = self.request_line(dumps(request).encode(), timeout)
         try:
@@ -161,7 +162,7 @@ class ServeProcess:
             self.proc.kill()
         self.proc.wait()
 
-    def __enter__(self) -> "ServeProcess":
+    def __enter__(self) -> ServeProcess:
         return self
 
     def __exit__(self, *exc: object) -> None:

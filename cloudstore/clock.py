@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from email.utils import parsedate_to_datetime
-from typing import Callable, Optional
 
 
 def probe_by_reading(get: Callable[[str], object]) -> Callable[[], None]:
@@ -44,10 +44,10 @@ def probe_by_reading(get: Callable[[str], object]) -> Callable[[], None]:
 class StoreClock:
     """This process's best knowledge of the store's time, from its replies."""
 
-    def __init__(self, probe: Optional[Callable[[], None]] = None) -> None:
+    def __init__(self, probe: Callable[[], None] | None = None) -> None:
         self._probe = probe  # makes one cheap request that observes, when nothing has yet
-        self._low: Optional[float] = None
-        self._high: Optional[float] = None
+        self._low: float | None = None
+        self._high: float | None = None
         self._lock = threading.Lock()
 
     def observe(self, sent: float, received: float, store_time: float, resolution: float) -> None:
@@ -60,7 +60,7 @@ class StoreClock:
             else:
                 self._low, self._high = max(self._low, low), min(self._high, high)
 
-    def observe_http_date(self, sent: float, received: float, date: Optional[str]) -> None:
+    def observe_http_date(self, sent: float, received: float, date: str | None) -> None:
         """The same, from an HTTP ``Date`` header (whole seconds); ignored when absent or malformed."""
         if not date:
             return

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any
 
 from . import strict_json
 
 # A check beyond the type: the problem with the value, or None when it is fine.
-Extra = Callable[[Any], Optional[str]]
+Extra = Callable[[Any], str | None]
 
 
 class ConfigFileError(ValueError):
@@ -76,7 +77,7 @@ class Spec:
         return True
 
 
-def _extra(extra: Optional[Extra], value: Any, path: str) -> None:
+def _extra(extra: Extra | None, value: Any, path: str) -> None:
     problem = extra(value) if extra is not None else None
     if problem is not None:
         raise SchemaError(path, problem)
@@ -88,7 +89,7 @@ class Str(Spec):
 
     empty: bool = False
     forbid: str = ""
-    extra: Optional[Extra] = None
+    extra: Extra | None = None
 
     @property
     def what(self) -> str:  # type: ignore[override]
@@ -189,7 +190,7 @@ class ListOf(Spec):
 
     item: Spec
     min_items: int = 0
-    extra: Optional[Extra] = None
+    extra: Extra | None = None
 
     @property
     def what(self) -> str:  # type: ignore[override]
@@ -262,7 +263,7 @@ class Obj(Spec):
     """A JSON object with exactly these keys (unknown ones refused); absent optional keys stay absent."""
 
     fields: Mapping[str, Field] = field(default_factory=dict)
-    extra: Optional[Extra] = None
+    extra: Extra | None = None
     what = "an object"
 
     def takes(self, value: Any) -> bool:

@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import Any
 
+from . import packing
 from .cache import Bounded
 from .generations import AlreadyExists, Create, Listed, Overwrite, StoreError, frame
 from .heads import Heads, epoch_of, packed_last, with_packed
-from .keys import AgentKeys, SEQ_DIGITS, name_part
-from . import packing
+from .keys import SEQ_DIGITS, AgentKeys, name_part
 from .packing import Piece, cover, packed_at
 from .removal import FENCE, TRUST_SECONDS, Removals
 from .space import KEEP, Contention, Space
@@ -92,7 +93,7 @@ class Conversations:
         self.clock = space.store.clock
         #: Packing waiting for the reply to be sent (a driver sets a list and runs it after replying);
         #: None packs before the append returns.
-        self.deferred: Optional[list[Callable[[], None]]] = None
+        self.deferred: list[Callable[[], None]] | None = None
 
     def run_deferred(self) -> None:
         """Do the packing the last replies left for after them; a failure only costs speed."""
@@ -105,7 +106,7 @@ class Conversations:
 
     # -- epochs
 
-    def _head(self, keys: AgentKeys, thread: str) -> dict:
+    def _head(self, keys: AgentKeys, thread: str) -> dict[str, Any]:
         """The conversation's head, finishing first what a removal left to do (roll forward)."""
         head = self.heads.read(keys, thread)
         if head.get("removed"):
@@ -117,13 +118,13 @@ class Conversations:
         last, _ = self._last_listed(keys, thread, epoch, known)
         return last
 
-    def _last_listed(self, keys: AgentKeys, thread: str, epoch: int, known: int) -> tuple[int, Optional[Listed]]:
+    def _last_listed(self, keys: AgentKeys, thread: str, epoch: int, known: int) -> tuple[int, Listed | None]:
         """The last event key after ``known`` (events 1..known are known to exist) and its number."""
         start = keys.event(thread, epoch, known) if known else None
         after = self.store.list(keys.epoch(thread, epoch) + "ev/", start_after=start)
         return (int(after[-1].key[-SEQ_DIGITS:]), after[-1]) if after else (known, None)
 
-    def _fenced(self, item: Optional[Listed]) -> bool:
+    def _fenced(self, item: Listed | None) -> bool:
         """Whether a listed last event is a removal's fence: the epoch died after its head was read."""
         if item is None or (item.size is not None and item.size != _FENCE_SIZE):
             return False
@@ -147,7 +148,7 @@ class Conversations:
             return mem
         raise Contention("the conversation kept being removed while it was read; read again")
 
-    def _trusted(self, keys: AgentKeys, thread: str, seq: int) -> Optional[ThreadMemory]:
+    def _trusted(self, keys: AgentKeys, thread: str, seq: int) -> ThreadMemory | None:
         """What this process remembers of the conversation, if recent enough to append ``seq`` on."""
         mem = self.memory.get(keys.thread(thread))
         if mem is None or mem.last != seq - 1 or self.clock.now() - mem.confirmed > TRUST_SECONDS:
@@ -156,7 +157,7 @@ class Conversations:
 
     # -- ops
 
-    def append(self, agent: Agent, thread: str, event: dict, seq: int) -> dict:
+    def append(self, agent: Agent, thread: str, event: dict[str, Any], seq: int) -> dict[str, Any]:
         keys = self.space.keys(agent)
         raw = compact(event)
         mem = self._trusted(keys, thread, seq)
@@ -179,7 +180,7 @@ class Conversations:
         self.memory.put(keys.thread(thread), mem, mem.size)
         if packed_at(seq):
             epoch, recent = mem.epoch, dict(mem.recent)
-            task = lambda: self._pack_quietly(keys, thread, epoch, seq, recent)  # noqa: E731
+            task: Callable[[], None] = lambda: self._pack_quietly(keys, thread, epoch, seq, recent)  # noqa: E731
             if self.deferred is None:
                 task()
             else:
@@ -228,7 +229,7 @@ class Conversations:
                 return events
         raise Contention("the conversation kept being removed while it was read; read again")
 
-    def _read_epoch(self, keys: AgentKeys, thread: str, first: int, mem: ThreadMemory) -> Optional[list[str]]:
+    def _read_epoch(self, keys: AgentKeys, thread: str, first: int, mem: ThreadMemory) -> list[str] | None:
         """The events of the epoch ``mem`` stands on; None if it died while they were fetched."""
         if first > mem.last:
             return []
@@ -240,7 +241,7 @@ class Conversations:
         return events[first - pieces[0].first:]
 
     def _gather(self, keys: AgentKeys, thread: str, epoch: int, pieces: list[Piece],
-                recent: dict[int, str]) -> Optional[list[str]]:
+                recent: dict[int, str]) -> list[str] | None:
         """Every event of ``pieces``, in order: all fetched at once, a missing block read as its halves.
 
         None when a single event is missing or is a fence: the epoch died.
@@ -260,7 +261,7 @@ class Conversations:
                 for p in wanted
             )
             todo = []
-            for p, obj in zip(wanted, objs):
+            for p, obj in zip(wanted, objs, strict=False):
                 if p.size == 1:
                     if obj is None or obj.data == FENCE:
                         return None
@@ -271,13 +272,15 @@ class Conversations:
                     got[p] = [compact(e) for e in json.loads(obj.data)]
         return [event for p in _leaves(pieces, got) for event in got[p]]
 
-    def threads(self, agent: Agent) -> list[dict]:
+    def threads(self, agent: Agent) -> list[dict[str, Any]]:
         keys = self.space.keys(agent)
         parts = self.store.list_dirs(keys.conversations())
         names = self.space.names_of(keys, parts)
-        pairs = [(n, p) for n, p in zip(names, parts) if n is not None]
+        pairs = [(n, p) for n, p in zip(names, parts, strict=False) if n is not None]
         lasts = list(self.space.pool.map(lambda np: self.last(agent, np[0]), pairs))
-        found = [{"thread": n, "last": last} for (n, _), last in zip(pairs, lasts) if last > 0]
+        found: list[dict[str, Any]] = [
+            {"thread": n, "last": last} for (n, _), last in zip(pairs, lasts, strict=False) if last > 0
+        ]
         found.sort(key=lambda t: t["thread"].encode("utf-8", "surrogatepass"))
         return found
 

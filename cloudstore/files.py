@@ -23,27 +23,30 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any, Optional
+from collections.abc import Callable
+from typing import Any, TypeGuard, TypeVar
 
 from .generations import Listed, Object
 from .keys import decode_path, folder_part
 from .space import KEEP, Space
 from .validate import FILE_MAX, FILES_MAX, Agent, RequestError, compact
 
+T = TypeVar("T")
+
 #: Bytes of a file object's payload that always hold its whole header line.
 HEADER_MAX = 8192
 
 
-def _split(payload: bytes) -> tuple[dict, bytes]:
+def _split(payload: bytes) -> tuple[dict[str, Any], bytes]:
     head, _, data = payload.partition(b"\n")
     return json.loads(head), data
 
 
-def _join(header: dict, data: bytes = b"") -> bytes:
+def _join(header: dict[str, Any], data: bytes = b"") -> bytes:
     return compact(header).encode("ascii") + b"\n" + data
 
 
-def _live(header: Optional[dict]) -> bool:
+def _live(header: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
     return header is not None and not header.get("gone", False)
 
 
@@ -61,15 +64,15 @@ class Files:
         self.store = space.store
 
     @staticmethod
-    def _next_version(header: Optional[dict]) -> int:
+    def _next_version(header: dict[str, Any] | None) -> int:
         """The version a write gives: one past the object's (live or tombstone), 1 where none ever was."""
         return 1 if header is None else int(header["v"]) + 1
 
-    def _change(self, agent: Agent, path: str, change: Any) -> Any:
+    def _change(self, agent: Agent, path: str, change: Callable[[dict[str, Any] | None, bytes], tuple[Any, T]]) -> T:
         """One compare-and-set on the path's object; ``change(header, data)`` as in ``Space.update``."""
         keys = self.space.keys(agent)
 
-        def on_raw(raw: Optional[bytes]) -> tuple[Any, Any]:
+        def on_raw(raw: bytes | None) -> tuple[Any, T]:
             header, data = (None, b"") if raw is None else _split(raw)
             return change(header, data)
 
@@ -79,7 +82,7 @@ class Files:
         key = keys.file(path)
         return self.space.update(key, on_raw, raw=True, on_written=written)
 
-    def read(self, agent: Agent, path: str) -> Optional[dict]:
+    def read(self, agent: Agent, path: str) -> dict[str, Any] | None:
         obj = self.store.get(self.space.keys(agent).file(path))
         if obj is None:
             return None
@@ -88,9 +91,9 @@ class Files:
             return None
         return {"data": base64.b64encode(data).decode("ascii"), "version": int(header["v"])}
 
-    def write(self, agent: Agent, path: str, data: bytes, version: int) -> dict:
-        def change(header: Optional[dict], _: bytes) -> tuple[Any, dict]:
-            now = int(header["v"]) if _live(header) else 0  # type: ignore[index]
+    def write(self, agent: Agent, path: str, data: bytes, version: int) -> dict[str, Any]:
+        def change(header: dict[str, Any] | None, _: bytes) -> tuple[Any, dict[str, Any]]:
+            now = int(header["v"]) if _live(header) else 0
             if now != version:
                 return KEEP, {"reply": "stale", "version": now}
             new = self._next_version(header)
@@ -99,15 +102,15 @@ class Files:
         return self._change(agent, path, change)
 
     def remove(self, agent: Agent, path: str, version: int) -> bool:
-        def change(header: Optional[dict], _: bytes) -> tuple[Any, bool]:
-            if not _live(header) or int(header["v"]) != version:  # type: ignore[index]
+        def change(header: dict[str, Any] | None, _: bytes) -> tuple[Any, bool]:
+            if not _live(header) or int(header["v"]) != version:
                 return KEEP, False
             return _join({"v": version, "path": path, "gone": True}), True
 
         return self._change(agent, path, change)
 
     def append(self, agent: Agent, path: str, data: bytes) -> int:
-        def change(header: Optional[dict], old: bytes) -> tuple[bytes, int]:
+        def change(header: dict[str, Any] | None, old: bytes) -> tuple[bytes, int]:
             kept = old if _live(header) else b""
             if len(kept) + len(data) > FILE_MAX:
                 raise RequestError(f"the append would grow the file past {FILE_MAX} bytes; the file is unchanged")
@@ -123,7 +126,7 @@ class Files:
         inline = self.store.list(keys.files() + folder_part(folder))
         hashed = self.store.list(keys.hashed_files())
         paths: list[str] = []
-        for i, (item, summary) in enumerate(zip(inline + hashed, self._summaries(inline + hashed))):
+        for i, (item, summary) in enumerate(zip(inline + hashed, self._summaries(inline + hashed), strict=False)):
             if summary is None or not summary[0]:
                 continue
             path = summary[1] if i >= len(inline) else decode_path(item.key[len(keys.files()):])
@@ -133,6 +136,6 @@ class Files:
             raise RequestError(f"the folder holds more than {FILES_MAX} files; a list is never cut short")
         return sorted(paths, key=lambda p: p.encode("utf-8"))
 
-    def _summaries(self, listed: list[Listed]) -> list[Optional[tuple[bool, str]]]:
+    def _summaries(self, listed: list[Listed]) -> list[tuple[bool, str] | None]:
         """(live, path) of each listed file object, reading only the head of those not known by version."""
         return self.space.listed_values(listed, _summary, head=HEADER_MAX)

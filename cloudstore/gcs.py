@@ -12,9 +12,11 @@ import, so ``lnk-gcs contract`` stays fast.
 
 from __future__ import annotations
 
+import builtins
 import os
 import time
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 from .clock import StoreClock, probe_by_reading
 from .generations import AlreadyExists, Create, Listed, NotFound, PreconditionFailed, PutMode, Transient, Update
@@ -86,7 +88,7 @@ class GCSBackend:
             from google.auth.credentials import AnonymousCredentials
 
             project = os.environ.get("GOOGLE_CLOUD_PROJECT", "test")
-            self.client = storage.Client(project=project, credentials=AnonymousCredentials())
+            self.client = storage.Client(project=project, credentials=AnonymousCredentials())  # type: ignore[no-untyped-call]
         else:
             self.client = storage.Client()
         # The drivers read up to 16 objects at once; the default pool of 10
@@ -124,7 +126,7 @@ class GCSBackend:
         self.clock.observe_http_date(received - response.elapsed.total_seconds(), received,
                                      response.headers.get("Date"))
 
-    def get(self, key: str, head: Optional[int] = None) -> Optional[tuple[bytes, str]]:
+    def get(self, key: str, head: int | None = None) -> tuple[bytes, str] | None:
         """(bytes, generation), or None when absent; with ``head``, only the first ``head`` bytes.
 
         The generation is the whole object's, also for a range.
@@ -149,7 +151,7 @@ class GCSBackend:
 
     def put(self, key: str, raw: bytes, mode: PutMode) -> str:
         blob = self.bucket.blob(key)
-        match: Optional[int] = None
+        match: int | None = None
         if isinstance(mode, Create):
             match = 0
         elif isinstance(mode, Update):
@@ -170,7 +172,7 @@ class GCSBackend:
             raise mapped from exc
         return str(blob.generation)
 
-    def delete(self, key: str, version: Optional[str]) -> None:
+    def delete(self, key: str, version: str | None) -> None:
         blob = self.bucket.blob(key)
         try:
             blob.delete(
@@ -181,7 +183,7 @@ class GCSBackend:
         except Exception as exc:  # noqa: BLE001
             raise _classify(exc) from exc
 
-    def list(self, prefix: str, start_after: Optional[str], limit: Optional[int]) -> Iterator[Listed]:
+    def list(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[Listed]:
         # startOffset is inclusive: ask from start_after and drop it if present.
         extra = 1 if start_after is not None and limit is not None else 0
         try:
@@ -207,7 +209,7 @@ class GCSBackend:
         except Exception as exc:  # noqa: BLE001
             raise _classify(exc) from exc
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         try:
             it = self.client.list_blobs(
                 self.bucket_name, prefix=prefix, delimiter="/", timeout=self.timeout, retry=self._no_retry,

@@ -27,7 +27,8 @@ kept the epoch in a separate object and ended leases as ``{"ended": true}``:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeGuard, TypeVar
 
 from .keys import AgentKeys
 from .space import Space
@@ -38,21 +39,21 @@ T = TypeVar("T")
 LEASE_FIELDS = ("holder", "started", "renewed")
 
 
-def has_lease(head: Optional[dict]) -> bool:
+def has_lease(head: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
     """Whether a head holds a live lease."""
     return head is not None and "holder" in head and not head.get("ended", False)
 
 
-def without_lease(head: dict) -> dict:
+def without_lease(head: dict[str, Any]) -> dict[str, Any]:
     """The head with its lease ended (and 0.1.0's tombstone fields gone)."""
     return {k: v for k, v in head.items() if k not in LEASE_FIELDS and k not in ("ended", "at")}
 
 
-def epoch_of(head: dict) -> int:
+def epoch_of(head: dict[str, Any]) -> int:
     return int(head.get("epoch", 0))
 
 
-def packed_last(head: dict) -> int:
+def packed_last(head: dict[str, Any]) -> int:
     """Up to which number the head says the current epoch's events exist (0: it does not say).
 
     The hint names its epoch, so one left from an epoch since removed is never believed.
@@ -63,7 +64,7 @@ def packed_last(head: dict) -> int:
     return 0
 
 
-def with_packed(head: dict, epoch: int, last: int) -> Optional[dict]:
+def with_packed(head: dict[str, Any], epoch: int, last: int) -> dict[str, Any] | None:
     """The head with its hint moved on to ``last``; None when it is of another epoch or already as far."""
     if epoch_of(head) != epoch or packed_last(head) >= last:
         return None
@@ -77,14 +78,14 @@ class Heads:
         self.space = space
 
     @staticmethod
-    def _complete(thread: str, head: Optional[dict]) -> dict:
+    def _complete(thread: str, head: dict[str, Any] | None) -> dict[str, Any]:
         return {"thread": thread, "epoch": 0} if head is None else head
 
-    def read(self, keys: AgentKeys, thread: str) -> dict:
+    def read(self, keys: AgentKeys, thread: str) -> dict[str, Any]:
         _, head = self.space.get_json(keys.lease(thread))
         return self._complete(thread, head)
 
-    def update(self, keys: AgentKeys, thread: str, change: Callable[[dict], tuple[Any, T]],
+    def update(self, keys: AgentKeys, thread: str, change: Callable[[dict[str, Any]], tuple[Any, T]],
                cached: bool = False) -> T:
         """``Space.update`` on the head; ``change`` always gets a whole head (epoch included)."""
         return self.space.update(keys.lease(thread), lambda head: change(self._complete(thread, head)), cached=cached)

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Optional
 from urllib.parse import quote, unquote
 
 INLINE_MAX = 160
@@ -92,7 +91,7 @@ class AgentKeys:
     """Every key of one agent's things, below ``root`` (the store's prefix)."""
 
     root: str
-    owner: Optional[str]
+    owner: str | None
     id: str
 
     @property

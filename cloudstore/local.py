@@ -13,17 +13,28 @@ chunks, each but the last ending with ``+`` (also never in a part).
 
 from __future__ import annotations
 
+import builtins
 import errno
 import fcntl
 import os
 import re
 import time
 import zlib
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, Optional
 
 from .clock import StoreClock
-from .generations import AlreadyExists, FRAME_MAX, Create, Listed, NotFound, PreconditionFailed, PutMode, Update, frame_nonce
+from .generations import (
+    FRAME_MAX,
+    AlreadyExists,
+    Create,
+    Listed,
+    NotFound,
+    PreconditionFailed,
+    PutMode,
+    Update,
+    frame_nonce,
+)
 
 _PART = re.compile(r"^[A-Za-z0-9_.~%-]+$")
 _CHUNK = 200
@@ -83,7 +94,10 @@ class LocalBackend:
         return path
 
     def _write_file(self, path: str, raw: bytes) -> None:
-        """Write ``raw`` to a new file (0600, never through a link), durably; its kernel timestamp tells the store's time."""
+        """Write ``raw`` to a new file (0600, never through a link), durably.
+
+        Its kernel timestamp tells the store's time.
+        """
         sent = time.time()
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
         with open(fd, "wb") as f:
@@ -117,7 +131,7 @@ class LocalBackend:
         finally:
             os.close(fd)
 
-    def _read(self, path: str, head: Optional[int] = None) -> Optional[bytes]:
+    def _read(self, path: str, head: int | None = None) -> bytes | None:
         try:
             with open(os.open(self._inside(path), os.O_RDONLY | _NOFOLLOW), "rb") as f:
                 return f.read() if head is None else f.read(head)
@@ -130,7 +144,7 @@ class LocalBackend:
 
     # -- the Backend interface
 
-    def get(self, key: str, head: Optional[int] = None) -> Optional[tuple[bytes, str]]:
+    def get(self, key: str, head: int | None = None) -> tuple[bytes, str] | None:
         raw = self._read(self._path(key), head)
         if raw is None:
             return None
@@ -153,7 +167,7 @@ class LocalBackend:
             os.replace(tmp, path)
         return nonce
 
-    def delete(self, key: str, version: Optional[str]) -> None:
+    def delete(self, key: str, version: str | None) -> None:
         path = self._path(key)
         with self._locked(key):
             current = self._read(path)
@@ -179,7 +193,7 @@ class LocalBackend:
             elif name.endswith(_OBJ) and entry.is_file(follow_symlinks=False):
                 yield key_prefix + _unescape_chunk(name[: -len(_OBJ)]), entry.path
 
-    def list(self, prefix: str, start_after: Optional[str], limit: Optional[int]) -> Iterator[Listed]:
+    def list(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[Listed]:
         whole_parts = prefix.split("/")[:-1]
         names: list[str] = []
         for part in whole_parts:
@@ -187,7 +201,9 @@ class LocalBackend:
         folder = os.path.join(self.root, *names)
         base = "".join(p + "/" for p in whole_parts)
         found: list[tuple[str, str]] = [
-            (k, p) for k, p in self._walk(folder, base) if k.startswith(prefix) and (start_after is None or k > start_after)
+            (k, p)
+            for k, p in self._walk(folder, base)
+            if k.startswith(prefix) and (start_after is None or k > start_after)
         ]
         found.sort()
         if limit is not None:
@@ -201,6 +217,6 @@ class LocalBackend:
                 continue
             yield Listed(key, stat.st_mtime, frame_nonce(head) or None, stat.st_size)
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         parts = {item.key[len(prefix) :].split("/", 1)[0] for item in self.list(prefix, None, None)}
         return sorted(parts)

@@ -43,7 +43,7 @@ class Piece:
     def first(self) -> int:
         return self.end - self.size + 1
 
-    def halves(self) -> list["Piece"]:
+    def halves(self) -> list[Piece]:
         """What to read instead when this block is missing: its two halves, or its single events."""
         if self.size <= PACK_MIN:
             return [Piece(seq, 1) for seq in range(self.first, self.end + 1)]

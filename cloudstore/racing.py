@@ -9,7 +9,8 @@ makes its call.  Used by the conformance suite and by the project's tests.
 from __future__ import annotations
 
 import threading
-from typing import Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 T = TypeVar("T")
 

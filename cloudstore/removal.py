@@ -27,11 +27,12 @@ crash cuts the remover short (roll forward):
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from .generations import AlreadyExists, Create
 from .heads import Heads, epoch_of, packed_last, without_lease
-from .keys import AgentKeys, SEQ_DIGITS
+from .keys import SEQ_DIGITS, AgentKeys
 from .space import KEEP, Space
 
 #: How long a process trusts its memory of a conversation's epoch without reading the head (store time).
@@ -57,7 +58,7 @@ class Removals:
     def remove(self, keys: AgentKeys, thread: str) -> None:
         at = self.store.clock.now_ms()
 
-        def bump(head: dict) -> tuple[dict, dict]:
+        def bump(head: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
             epoch = epoch_of(head)
             # "known": how far the dying epoch's events are known to exist, so its fencer lists from there.
             record = {"epoch": epoch, "at": at, "fence": None, "known": packed_last(head)}
@@ -66,7 +67,7 @@ class Removals:
 
         self.roll_forward(keys, thread, self.heads.update(keys, thread, bump))
 
-    def roll_forward(self, keys: AgentKeys, thread: str, head: dict) -> None:
+    def roll_forward(self, keys: AgentKeys, thread: str, head: dict[str, Any]) -> None:
         """Fence every removed epoch not fenced yet, and purge those old enough; cheap when none."""
         for record in head.get("removed", []):
             if record.get("fence") is None:
@@ -95,9 +96,9 @@ class Removals:
         self._change_record(keys, thread, epoch, lambda record: None)
 
     def _change_record(self, keys: AgentKeys, thread: str, epoch: int,
-                       change: Callable[[dict], Optional[dict]]) -> None:
+                       change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
         """Replace (or, for None, drop) the head's record of a removed epoch."""
-        def on_head(head: dict) -> tuple[Any, None]:
+        def on_head(head: dict[str, Any]) -> tuple[Any, None]:
             records = head.get("removed", [])
             mine = [r for r in records if int(r["epoch"]) == epoch]
             if not mine:

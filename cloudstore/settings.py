@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Optional
 from urllib.parse import unquote, urlsplit
 
 from .generations import FAILPOINT, Backend, RetryingStore
@@ -33,7 +32,7 @@ class Location:
     prefix: str  # "" or "some/prefix/" (always ending in "/")
 
 
-def parse_location(setting: str, value: Optional[str], schemes: tuple[str, ...]) -> Location:
+def parse_location(setting: str, value: str | None, schemes: tuple[str, ...]) -> Location:
     """Parse ``value`` of ``setting``; SettingError naming the setting when wrong."""
     allowed = " or ".join(f"{s}://" for s in schemes)
     if not value:

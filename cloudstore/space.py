@@ -9,14 +9,24 @@ that settles every race on one object.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional, TypeVar
+from typing import Any, TypeVar
 
-from .generations import (
-    AlreadyExists, Create, Listed, Object, Overwrite, PreconditionFailed, PutMode, RetryingStore, Update, backoff_sleep,
-)
 from .cache import Bounded
+from .generations import (
+    AlreadyExists,
+    Create,
+    Listed,
+    Object,
+    Overwrite,
+    PreconditionFailed,
+    PutMode,
+    RetryingStore,
+    Update,
+    backoff_sleep,
+)
 from .keys import AgentKeys, decode_part, is_hashed
 from .validate import Agent, compact
 
@@ -54,7 +64,7 @@ class Space:
 
     # -- reads
 
-    def get_json(self, key: str, remember: bool = False) -> tuple[Optional[Object], Any]:
+    def get_json(self, key: str, remember: bool = False) -> tuple[Object | None, Any]:
         """(object, parsed JSON) or (None, None).
 
         With ``remember``, the object read is where the next ``update(cached=True)``
@@ -67,7 +77,7 @@ class Space:
             self._remember_written(key, obj, value)
         return obj, value
 
-    def get_many(self, keys: Iterable[str], head: Optional[int] = None) -> list[Optional[Object]]:
+    def get_many(self, keys: Iterable[str], head: int | None = None) -> list[Object | None]:
         """Objects of many keys, fetched in parallel, in the order given (heads only, with ``head``)."""
         keys = list(keys)
         if len(keys) <= 1:
@@ -83,7 +93,7 @@ class Space:
         return self.listed_values(listed, lambda obj: json.loads(obj.data))
 
     def listed_values(self, listed: Iterable[Listed], parse: Callable[[Object], Any],
-                      head: Optional[int] = None, kind: str = "") -> list[Any]:
+                      head: int | None = None, kind: str = "") -> list[Any]:
         """``parse`` of each object a listing named, fetching only those changed since seen.
 
         A listing gives each object's version; a ``serve`` process keeps what
@@ -98,10 +108,10 @@ class Space:
         """
         items = list(listed)
         hits = [self._seen_value(item, kind) for item in items]
-        missing = [item.key for item, hit in zip(items, hits) if hit is None]
-        fetched = dict(zip(missing, self.get_many(missing, head)))
+        missing = [item.key for item, hit in zip(items, hits, strict=False) if hit is None]
+        fetched = dict(zip(missing, self.get_many(missing, head), strict=False))
         out: list[Any] = []
-        for item, hit in zip(items, hits):
+        for item, hit in zip(items, hits, strict=False):
             if hit is None:
                 obj = fetched[item.key]
                 if obj is None:
@@ -136,8 +146,8 @@ class Space:
     def put_json(self, key: str, value: Any, mode: PutMode) -> Object:
         return self.store.put(key, compact(value).encode("ascii"), mode)
 
-    def update(self, key: str, change: Callable[[Optional[Any]], tuple[Any, T]], raw: bool = False,
-               cached: bool = False, on_written: Optional[Callable[[Object, Any], None]] = None) -> T:
+    def update(self, key: str, change: Callable[[Any | None], tuple[Any, T]], raw: bool = False,
+               cached: bool = False, on_written: Callable[[Object, Any], None] | None = None) -> T:
         """Read-modify-write ``key`` until our conditional write wins.
 
         ``change`` gets the current value (None when absent) and returns
@@ -157,6 +167,7 @@ class Space:
         caller can remember what it wrote (a listing then need not read it).
         """
         remembered = self._written.get(key) if cached else None
+        obj: Object | None
         for attempt in range(CAS_ROUNDS):
             if remembered is not None:
                 obj, current = remembered
@@ -192,11 +203,11 @@ class Space:
         if is_hashed(part):
             self.put_json(keys.name_record(part), {"name": name}, Overwrite())
 
-    def names_of(self, keys: AgentKeys, parts: list[str]) -> list[Optional[str]]:
+    def names_of(self, keys: AgentKeys, parts: list[str]) -> list[str | None]:
         """The names of key parts: inline ones decoded, hashed ones looked up."""
         hashed = [p for p in parts if is_hashed(p)]
-        looked = dict(zip(hashed, self.get_many_json(keys.name_record(p) for p in hashed)))
-        out: list[Optional[str]] = []
+        looked = dict(zip(hashed, self.get_many_json(keys.name_record(p) for p in hashed), strict=False))
+        out: list[str | None] = []
         for part in parts:
             if is_hashed(part):
                 record = looked.get(part)

@@ -9,7 +9,7 @@ again never comes back with more tools.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from .space import Space
 from .validate import Agent
@@ -21,12 +21,12 @@ class Tools:
     def __init__(self, space: Space) -> None:
         self.space = space
 
-    def read(self, agent: Agent, thread: str) -> Optional[list[str]]:
+    def read(self, agent: Agent, thread: str) -> list[str] | None:
         _, value = self.space.get_json(self.space.keys(agent).tools(thread))
         return None if value is None else list(value["tools"])
 
     def narrow(self, agent: Agent, thread: str, tools: list[str]) -> list[str]:
-        def change(value: Optional[dict]) -> tuple[Any, list[str]]:
+        def change(value: dict[str, Any] | None) -> tuple[Any, list[str]]:
             allowed = None if value is None else set(value["tools"])
             now = [t for t in tools if allowed is None or t in allowed]
             return {"thread": thread, "tools": now}, now

@@ -13,7 +13,7 @@ import binascii
 import json
 import unicodedata
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, TypeGuard
 
 SPEC_MAX = 1_048_576
 FILE_MAX = 4_194_304
@@ -65,7 +65,7 @@ def unicode_text(value: str, name: str) -> str:
     return value
 
 
-def parse_request(line: bytes | str) -> dict:
+def parse_request(line: bytes | str) -> dict[str, Any]:
     """Parse one request line: valid JSON (no NaN/Infinity), an object."""
     try:
         text = line.decode("utf-8") if isinstance(line, bytes) else line
@@ -90,25 +90,27 @@ def compact(value: Any) -> str:
 # -- field readers ---------------------------------------------------------
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     """A JSON integer: not a bool, not a float, not a string."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def field(req: dict, name: str) -> Any:
+def field(req: dict[str, Any], name: str) -> Any:
     if name not in req:
         raise RequestError(f"missing field {name!r}")
     return req[name]
 
 
-def string(req: dict, name: str) -> str:
+def string(req: dict[str, Any], name: str) -> str:
     value = field(req, name)
     if not isinstance(value, str):
         raise RequestError(f"{name!r} must be a string")
     return unicode_text(value, name)
 
 
-def integer(req: dict, name: str, minimum: int = 0, maximum: Optional[int] = None, default: Optional[int] = None) -> int:
+def integer(
+    req: dict[str, Any], name: str, minimum: int = 0, maximum: int | None = None, default: int | None = None
+) -> int:
     if name not in req and default is not None:
         return default
     value = field(req, name)
@@ -125,10 +127,10 @@ class Agent:
     """Who a request is for: (owner, id); owner None is no owner."""
 
     id: str
-    owner: Optional[str]
+    owner: str | None
 
 
-def agent(req: dict) -> Agent:
+def agent(req: dict[str, Any]) -> Agent:
     value = field(req, "agent")
     if not isinstance(value, dict):
         raise RequestError("'agent' must be an object {\"id\", \"owner\"}")
@@ -144,7 +146,7 @@ def agent(req: dict) -> Agent:
     return Agent(agent_id, owner)
 
 
-def event(req: dict) -> tuple[dict, int]:
+def event(req: dict[str, Any]) -> tuple[dict[str, Any], int]:
     value = field(req, "event")
     if not isinstance(value, dict):
         raise RequestError("'event' must be a JSON object")
@@ -154,7 +156,7 @@ def event(req: dict) -> tuple[dict, int]:
     return value, int(seq)
 
 
-def place(req: dict, name: str = "place") -> str:
+def place(req: dict[str, Any], name: str = "place") -> str:
     value = field(req, name)
     if value not in PLACES:
         raise RequestError(f"{name!r} must be one of {', '.join(PLACES)}")
@@ -176,7 +178,7 @@ def job_id(value: Any, name: str = "id") -> str:
     return value
 
 
-def job(req: dict) -> dict:
+def job(req: dict[str, Any]) -> dict[str, Any]:
     value = field(req, "job")
     if not isinstance(value, dict):
         raise RequestError("'job' must be an object {\"id\", \"spec\", \"due\"}")
@@ -186,7 +188,9 @@ def job(req: dict) -> dict:
     job_id(value.get("id"))
     if "spec" not in value:
         raise RequestError("'job.spec' is missing")
-    spec_size = len(json.dumps(value["spec"], separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+    spec_size = len(
+        json.dumps(value["spec"], separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    )
     if spec_size > SPEC_MAX:
         raise RequestError(f"'job.spec' is {spec_size} bytes, over {SPEC_MAX}")
     due = value.get("due")
@@ -217,7 +221,7 @@ def file_path(value: Any, name: str = "path", folder: bool = False) -> str:
     return value
 
 
-def data(req: dict) -> bytes:
+def data(req: dict[str, Any]) -> bytes:
     value = field(req, "data")
     if not isinstance(value, str):
         raise RequestError("'data' must be a base64 string")
@@ -234,7 +238,7 @@ def data(req: dict) -> bytes:
     return raw
 
 
-def tools(req: dict) -> list[str]:
+def tools(req: dict[str, Any]) -> list[str]:
     value = field(req, "tools")
     if not isinstance(value, list):
         raise RequestError("'tools' must be a list of names")

@@ -10,13 +10,12 @@ which answers for the whole store, sees that test's jobs only.
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
-
-from cloudstore.emulators import Emulator, start_fake_gcs, start_moto
 from support import BACKENDS, Session, StoreUnderTest, fresh_agent, make_store, serving
 
+from cloudstore.emulators import Emulator, start_fake_gcs, start_moto
 
 
 @pytest.fixture(scope="session")

@@ -30,13 +30,15 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Optional
+from typing import Any
+
+from support import Session, fresh_agent, serving
 
 from cloudstore.client import DriverError, ServeProcess
 from cloudstore.generations import FAILPOINT
-from support import Session, fresh_agent, serving
 
 Json = Any
 
@@ -110,7 +112,7 @@ class Probe:
             self.violations.append(why)
         return ok
 
-    def whole(self, what: str, got: Json, before: Json, after: Json, reply: Optional[Json]) -> bool:
+    def whole(self, what: str, got: Json, before: Json, after: Json, reply: Json | None) -> bool:
         """``got`` is the op's whole effect (``after``) or none of it (``before``); after a reply, the whole.
 
         True when the effect is there.
@@ -119,8 +121,11 @@ class Probe:
             self.require(got == after, f"{what}: the op answered {brief(reply)}, yet a fresh process read "
                                        f"{brief(got)}, not its effect {brief(after)}")
         else:
-            self.require(got in (before, after), f"{what}: a fresh process read {brief(got)}: neither the state "
-                                                 f"before the op ({brief(before)}) nor its whole effect ({brief(after)})")
+            self.require(
+                got in (before, after),
+                f"{what}: a fresh process read {brief(got)}: neither the state "
+                f"before the op ({brief(before)}) nor its whole effect ({brief(after)})",
+            )
         return got == after
 
 
@@ -144,20 +149,20 @@ class CrashOp:
     name: str
     setup: Callable[[Session], Any]
     request: dict
-    check: Callable[[Probe, Any, Optional[Json]], None]
+    check: Callable[[Probe, Any, Json | None], None]
     own_store: bool = False
 
 
 @dataclass
 class Point:
     n: int
-    reply: Optional[Json]  # None: killed before its Nth request
+    reply: Json | None  # None: killed before its Nth request
     killed_after_reply: bool = False  # answered, then died at N in the work a reply leaves for after it (packing)
     violations: list[str] = field(default_factory=list)
     reads: list[str] = field(default_factory=list)
 
 
-def strike(where: Any, request: dict, n: int) -> tuple[Optional[Json], bool]:
+def strike(where: Any, request: dict, n: int) -> tuple[Json | None, bool]:
     """Send ``request`` to a new driver that dies before its ``n``th store request.
 
     Its reply (None if it died first), and whether it died after replying:
@@ -226,7 +231,7 @@ def run_point(store: Any, op: CrashOp, n: int, setups: SetupProcesses) -> Point:
 def sweep(run: Callable[[int], Point], workers: int = WORKERS, limit: int = LIMIT) -> list[Point]:
     """``run(N)`` for N = 1, 2, ..., ``workers`` at a time, until one answers; every point run, by N."""
     done: list[Point] = []
-    answered: Optional[int] = None
+    answered: int | None = None
     with ThreadPoolExecutor(workers) as pool:
         pending: set[Future] = set()
         n = 0

@@ -41,7 +41,8 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
+
+import pytest
 
 from cloudstore.client import ServeProcess
 from cloudstore.racing import at_once
-import pytest
-
 from cloudstore.settings import Location, parse_location
 
 Json = Any
@@ -20,7 +21,7 @@ Json = Any
 BACKENDS = ("file", "moto", "gcs")
 
 
-def fresh_agent(owner: Optional[str] = "o") -> dict:
+def fresh_agent(owner: str | None = "o") -> dict:
     """A new agent nobody else in the run uses."""
     return {"id": f"agent-{uuid.uuid4().hex[:10]}", "owner": owner}
 
@@ -84,7 +85,9 @@ class StoreUnderTest:
     url: str
 
 
-def make_store(backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> StoreUnderTest:
+def make_store(
+    backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> StoreUnderTest:
     tag = uuid.uuid4().hex[:12]
     if backend == "file":
         folder = tmp_path_factory.mktemp("bucket")

@@ -45,5 +45,7 @@ def test_cloud_round_trips_prints_every_figure():
     moto, gcs = out.find("S3 on moto's server ("), out.find("GCS on fake-gcs-server (memory) (")
     assert 0 < moto < gcs, out
     for label, table in (("moto", out[moto:gcs]), ("gcs", out[gcs:])):
-        figures = [line[:18].rstrip() for line in table.splitlines() if line.count("|") == 2 and not line.startswith("figure ")]
+        figures = [
+            line[:18].rstrip() for line in table.splitlines() if line.count("|") == 2 and not line.startswith("figure ")
+        ]
         assert figures == list(bench.FIGURES), f"{label}: rows {figures}\n{out}"

@@ -27,19 +27,19 @@ putting machine (in-process, ``tests/faults/machines.py``).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import pytest
-
-from cloudstore.client import ServeProcess
-from support import BACKENDS
 from faults.backend import Call, Fault
 from faults.machines import Machines, between, in_order, write_to
 from skew import measured_skew, skewed
-from support import fresh_agent, make_store, serving
+from support import BACKENDS, fresh_agent, make_store, serving
+
+from cloudstore.client import ServeProcess
 
 LAPSE_MS = 10_000
 HELD_AT = 5.0  # well inside the lapse: 5 s of room for a judge's error
@@ -172,7 +172,7 @@ def run_case(procs: dict[int, ServeProcess], steps: tuple[Step, ...]) -> list[Se
     """Play one case on one backend's processes, each step at its time."""
     agent, thread = fresh_agent(), "t-issue-11"
     seen: list[Seen] = []
-    start: Optional[float] = None
+    start: float | None = None
     for step in steps:
         if start is not None:
             time.sleep(max(0.0, start + step.at - time.monotonic()))
@@ -240,7 +240,9 @@ def machines(store_env: Any) -> Iterator[Machines]:
 
 
 @pytest.mark.parametrize("seconds", [0, 50, 62, 120])
-def test_job_next_from_a_machine_ahead_mid_put_keeps_the_new_entry(store_env: Any, machines: Machines, seconds: int) -> None:
+def test_job_next_from_a_machine_ahead_mid_put_keeps_the_new_entry(
+    store_env: Any, machines: Machines, seconds: int
+) -> None:
     """Issue 11 as found: a machine 62 s (or 120 s) ahead asked ``job_next`` while another's ``job_put``
     was between the entry and the record, judged the new entry older than the grace (60 s) by its own
     clock and deleted it; the job then stayed waiting while ``job_next`` answered null.  0 s and 50 s

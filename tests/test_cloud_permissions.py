@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Iterator
 from dataclasses import replace
-from typing import Iterator
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
-
 from faults.http_proxy import FaultProxy
 from support import Session, StoreUnderTest, fresh_agent, location_of, make_store, serving
 
 
 @pytest.fixture(params=("moto", "gcs"))
-def proxied(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FaultProxy, StoreUnderTest]]:
+def proxied(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[FaultProxy, StoreUnderTest]]:
     base = make_store(request.param, request, tmp_path_factory)
     setting = "AWS_ENDPOINT_URL_S3" if request.param == "moto" else "STORAGE_EMULATOR_HOST"
     with FaultProxy(base.env[setting], flavor="s3" if request.param == "moto" else "gcs") as proxy:

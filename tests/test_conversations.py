@@ -5,10 +5,26 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from support import Session, fresh_agent, race, serving
 
-HOSTILE = ["", "/", "..", "../x", "a/b", "%2F", "%", "t\n1", "t\x00", "ü", "u\u0308", "日本", " sp ", "x" * 900, "~x", "_x"]
+HOSTILE = [
+    "",
+    "/",
+    "..",
+    "../x",
+    "a/b",
+    "%2F",
+    "%",
+    "t\n1",
+    "t\x00",
+    "ü",
+    "u\u0308",
+    "日本",
+    " sp ",
+    "x" * 900,
+    "~x",
+    "_x",
+]
 
 
 def test_append_read_last_and_gaps(session):
@@ -112,13 +128,13 @@ def test_eight_appenders_of_one_seq_exactly_one_wins(store):
     with serving(store, 8) as procs:
         for round_ in range(5):
             thread = f"race-{round_}"
-            replies = race(procs, lambda i: {"op": "append", "agent": agent, "thread": thread,
+            replies = race(procs, lambda i, thread=thread: {"op": "append", "agent": agent, "thread": thread,
                                               "event": {"seq": 1, "writer": i}})
             done = [i for i, r in enumerate(replies) if r == {"reply": "done"}]
             assert len(done) == 1, replies
             assert all(r == {"reply": "taken", "last": 1} for i, r in enumerate(replies) if i != done[0])
             # and the next number, raced again by processes whose memory is now stale
-            replies = race(procs, lambda i: {"op": "append", "agent": agent, "thread": thread,
+            replies = race(procs, lambda i, thread=thread: {"op": "append", "agent": agent, "thread": thread,
                                               "event": {"seq": 2, "writer": i}})
             assert sum(r == {"reply": "done"} for r in replies) == 1, replies
             events = Session(procs[0], agent)("read", thread=thread)["events"]
@@ -163,7 +179,7 @@ def test_four_takers_of_a_lapsed_lease_exactly_one_wins(store):
             thread = f"lease-{round_}"
             assert first("take", thread=thread, holder="dead", lapse_ms=200)["took"] == "took"
             time.sleep(0.25)
-            replies = race(procs, lambda i: {"op": "take", "agent": agent, "thread": thread,
+            replies = race(procs, lambda i, thread=thread: {"op": "take", "agent": agent, "thread": thread,
                                               "holder": f"h{i}", "lapse_ms": 200})
             took = [r["took"] for r in replies]
             assert sorted(took) == ["held", "held", "held", "lapsed"], took
@@ -176,7 +192,7 @@ def test_four_takers_of_a_free_lease_exactly_one_wins(store):
     agent = fresh_agent()
     with serving(store, 4) as procs:
         for round_ in range(5):
-            replies = race(procs, lambda i: {"op": "take", "agent": agent, "thread": f"free-{round_}",
+            replies = race(procs, lambda i, round_=round_: {"op": "take", "agent": agent, "thread": f"free-{round_}",
                                               "holder": f"h{i}", "lapse_ms": 60_000})
             assert sorted(r["took"] for r in replies) == ["held", "held", "held", "took"], replies
 

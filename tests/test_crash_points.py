@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import base64
 import time
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-
 from crash_rig import CrashOp, Probe, Tally, brief, sweep_op
 from support import BACKENDS, Session
 
@@ -105,7 +105,7 @@ def setup_append_64(s: Session) -> None:
     append_all(s, THREAD, 63)
 
 
-def check_append_64(p: Probe, _: None, reply: Optional[Json]) -> None:
+def check_append_64(p: Probe, _: None, reply: Json | None) -> None:
     """Events 1..63 or 1..64; then the 64th again (a caller without a reply) and the 65th.
 
     The whole conversation is read once, right after the crash (a read
@@ -125,7 +125,7 @@ def setup_append_hashed(s: Session) -> None:
     ok(s("append", thread=THREAD, event=ev(1)), DONE)  # another conversation, to be listed beside it
 
 
-def check_append_hashed(p: Probe, _: None, reply: Optional[Json]) -> None:
+def check_append_hashed(p: Probe, _: None, reply: Json | None) -> None:
     """A hashed conversation holds event 1 and is listed by ``threads``, or holds nothing and is not."""
     if reply is not None:
         p.require(reply == DONE, f"append of 1 answered {reply}")
@@ -150,7 +150,7 @@ def lease_holders(p: Probe, thread: str) -> list[str]:
     return [lease["holder"] for lease in p("leases", lapse_ms=LONG_LAPSE_MS)["leases"] if lease["thread"] == thread]
 
 
-def check_remove(p: Probe, _: None, reply: Optional[Json]) -> None:
+def check_remove(p: Probe, _: None, reply: Json | None) -> None:
     """Events 1..3 with the lease, or no events and no lease; the narrowing stays either way.
 
     ``leases`` is read first.  Then a new holder's ``take`` (``took`` only if
@@ -187,7 +187,7 @@ def setup_take(s: Session) -> None:
     time.sleep(LAPSE_MS / 1000 + 0.05)  # the one sleep: waiting out the lease's lapse_ms
 
 
-def check_take(p: Probe, _: None, reply: Optional[Json]) -> None:
+def check_take(p: Probe, _: None, reply: Json | None) -> None:
     """A's lease or B's, never none or two; then B takes again and A has lost it."""
     if reply is not None:
         p.require(reply == {"reply": "took", "took": "lapsed"}, f"take over the lapsed lease answered {reply}")
@@ -212,14 +212,14 @@ def job(due: float, spec: str = "first") -> dict:
     return {"id": JOB_ID, "spec": {"run": spec, "big": 2**60}, "due": due}
 
 
-Where = Optional[tuple[str, dict]]  # (place, job) of JOB_ID, or None
+Where = tuple[str, dict] | None  # (place, job) of JOB_ID, or None
 
 
-def waiting_job(where: Where) -> Optional[dict]:
+def waiting_job(where: Where) -> dict | None:
     return where[1] if where is not None and where[0] == "waiting" else None
 
 
-def read_jobs(p: Probe, mark_before: int, before: Where, after: Where, reply: Optional[Json], when: str = "") -> bool:
+def read_jobs(p: Probe, mark_before: int, before: Where, after: Where, reply: Json | None, when: str = "") -> bool:
     """``job_mark`` and ``job_next`` first (a scheduler's reads), then where the job is; True when moved.
 
     The job is in one place at most, and where ``before`` or ``after`` has
@@ -241,7 +241,9 @@ def read_jobs(p: Probe, mark_before: int, before: Where, after: Where, reply: Op
                                        f"{brief(waiting_job(before))} to {brief(waiting_job(where))}")
     dues = [j["due"] for j in waiting]
     if dues:
-        p.require(soon is not None and soon <= min(dues), f"{when}job_next answered {soon}, a job waits due {min(dues)}")
+        p.require(
+            soon is not None and soon <= min(dues), f"{when}job_next answered {soon}, a job waits due {min(dues)}"
+        )
     return moved
 
 
@@ -254,7 +256,7 @@ def job_op(name: str, before: Where, request: dict, after: Where) -> CrashOp:
             ok(s("job_put", place=before[0], job=before[1]), DONE)
         return s("job_mark")["mark"]
 
-    def check(p: Probe, mark_before: int, reply: Optional[Json]) -> None:
+    def check(p: Probe, mark_before: int, reply: Json | None) -> None:
         if reply is not None:
             p.require(reply == answer, f"{request['op']} answered {reply}, not {answer}")
         moved = read_jobs(p, mark_before, before, after, reply)
@@ -276,15 +278,17 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def read_file(p: Probe) -> Optional[tuple[bytes, int]]:
+def read_file(p: Probe) -> tuple[bytes, int] | None:
     """(bytes, version) of PATH, or None; ``file_list`` must list it exactly when it is there."""
     got = p("file_read", path=PATH)["file"]
     listed = PATH in p("file_list", folder="skills/")["files"]
-    p.require(listed == (got is not None), f"file_list {'lists' if listed else 'misses'} {PATH}, file_read gave {brief(got)}")
+    p.require(
+        listed == (got is not None), f"file_list {'lists' if listed else 'misses'} {PATH}, file_read gave {brief(got)}"
+    )
     return None if got is None else (base64.b64decode(got["data"]), got["version"])
 
 
-def file_op(name: str, before: list[bytes], request: dict, after: Optional[bytes], retry: bool) -> CrashOp:
+def file_op(name: str, before: list[bytes], request: dict, after: bytes | None, retry: bool) -> CrashOp:
     """A file op from the file written ``before`` (one write per item, none: no file).
 
     After: the bytes are the old ones at the old version or the whole new
@@ -292,7 +296,7 @@ def file_op(name: str, before: list[bytes], request: dict, after: Optional[bytes
     if ``retry`` (not for an append: a caller cannot know); then removed and
     made again, at a version above every version given so far.
     """
-    def setup(s: Session) -> Optional[tuple[bytes, int]]:
+    def setup(s: Session) -> tuple[bytes, int] | None:
         version = 0
         for data in before:
             version = ok(s("file_write", path=PATH, data=b64(data), version=version),
@@ -302,7 +306,7 @@ def file_op(name: str, before: list[bytes], request: dict, after: Optional[bytes
     def succeeded(reply: Json) -> bool:
         return reply == FOUND if request["op"] == "file_remove" else reply.get("reply") == "wrote"
 
-    def check(p: Probe, old: Optional[tuple[bytes, int]], reply: Optional[Json]) -> None:
+    def check(p: Probe, old: tuple[bytes, int] | None, reply: Json | None) -> None:
         old_version = 0 if old is None else old[1]
         if reply is not None:
             p.require(succeeded(reply), f"{request['op']} answered {reply}")
@@ -311,8 +315,10 @@ def file_op(name: str, before: list[bytes], request: dict, after: Optional[bytes
         changed = p.whole("the file's bytes", None if now is None else now[0], None if old is None else old[0],
                           after, reply)
         if now is not None:
-            p.require(now[1] > old_version if changed else now[1] == old_version,
-                      f"version {now[1]} for the {'new' if changed else 'old'} bytes; the old version was {old_version}")
+            p.require(
+                now[1] > old_version if changed else now[1] == old_version,
+                f"version {now[1]} for the {'new' if changed else 'old'} bytes; the old version was {old_version}",
+            )
         if reply is not None and "version" in reply and now is not None:
             p.require(now[1] == reply["version"], f"read version {now[1]}, the op answered {reply['version']}")
         if retry:
@@ -343,7 +349,7 @@ def setup_narrow(s: Session) -> None:
     ok(s("tools_narrow", thread=THREAD, tools=NARROWED), {"reply": "tools", "tools": NARROWED})
 
 
-def check_narrow(p: Probe, _: None, reply: Optional[Json]) -> None:
+def check_narrow(p: Probe, _: None, reply: Json | None) -> None:
     """[a, b, c] or [b, c]; ``tools_list`` agrees; narrowing again never widens."""
     if reply is not None:
         p.require(reply == {"reply": "tools", "tools": ["b", "c"]}, f"tools_narrow answered {reply}")

@@ -19,7 +19,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import yaml
@@ -70,7 +70,7 @@ def compose_unescape(text: str) -> str:
     return text.replace("$$", "$")
 
 
-def flag_value(argv: list[str], flag: str) -> Optional[str]:
+def flag_value(argv: list[str], flag: str) -> str | None:
     for i, arg in enumerate(argv):
         if arg == flag and i + 1 < len(argv):
             return argv[i + 1]
@@ -82,7 +82,7 @@ def flag_value(argv: list[str], flag: str) -> Optional[str]:
 def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
     """A systemd unit: section -> key -> every value given (keys may repeat)."""
     sections: dict[str, dict[str, list[str]]] = {}
-    current: Optional[dict[str, list[str]]] = None
+    current: dict[str, list[str]] | None = None
     pending = ""
     for raw in path.read_text().splitlines():
         line = pending + raw.strip()
@@ -410,7 +410,9 @@ def test_gcs_lifecycle_deletes_only_noncurrent_versions():
     for r in deletes:
         assert r["condition"].get("isLive") is False, f"would delete live objects: {r}"
         assert r["condition"].get("daysSinceNoncurrentTime", 0) >= 1 or r["condition"].get("numNewerVersions")
-    assert any(r["condition"].get("age", 0) >= 1 for r in rules if r["action"]["type"] == "AbortIncompleteMultipartUpload")
+    assert any(
+        r["condition"].get("age", 0) >= 1 for r in rules if r["action"]["type"] == "AbortIncompleteMultipartUpload"
+    )
 
 
 def test_gcs_role_has_exactly_the_object_permissions():
@@ -542,7 +544,9 @@ def program_help(script: str) -> subprocess.CompletedProcess:
 def test_unit_flags_are_ones_the_program_takes(unit_name, script):
     done = program_help(script)
     assert done.returncode == 0, done.stderr
-    flags = [a.split("=", 1)[0] for a in exec_start(parse_unit(DEPLOY / "systemd" / unit_name))[1:] if a.startswith("--")]
+    flags = [
+        a.split("=", 1)[0] for a in exec_start(parse_unit(DEPLOY / "systemd" / unit_name))[1:] if a.startswith("--")
+    ]
     for flag in flags:
         assert re.search(rf"(^|[\s,\[]){re.escape(flag)}\b", done.stdout), f"{script} --help does not list {flag}"
 
@@ -581,6 +585,16 @@ def test_deploy_readme_covers_every_file_and_provider():
     text = (DEPLOY / "README.md").read_text()
     for path in sorted(p for p in DEPLOY.rglob("*") if p.is_file() and p.name != "README.md"):
         assert str(path.relative_to(DEPLOY)) in text, f"deploy/README.md does not mention {path.relative_to(DEPLOY)}"
-    for needed in ("docker-compose.yml", ONE_COMMAND, "AWS_ENDPOINT_URL_S3", ".r2.cloudflarestorage.com",
-                   "AWS_DEFAULT_REGION=auto", "MinIO", "ifGenerationMatch", "If-None-Match", "If-Match", "once a second"):
+    for needed in (
+        "docker-compose.yml",
+        ONE_COMMAND,
+        "AWS_ENDPOINT_URL_S3",
+        ".r2.cloudflarestorage.com",
+        "AWS_DEFAULT_REGION=auto",
+        "MinIO",
+        "ifGenerationMatch",
+        "If-None-Match",
+        "If-Match",
+        "once a second",
+    ):
         assert needed in text, needed

@@ -64,14 +64,18 @@ def test_missing_or_malformed_setting_is_an_error_reply_naming_it(program, setti
     reply = json.loads(lines[0])
     assert reply["reply"] == "error" and setting in reply["error"]
     told = value.split("://", 1)[-1]
-    assert len(told) < 2 or told not in reply["error"], "the reply names the setting, never its value (a bucket, a folder)"
+    assert len(told) < 2 or told not in reply["error"], (
+        "the reply names the setting, never its value (a bucket, a folder)"
+    )
 
 
 def test_call_reads_one_request_and_prints_one_line(store):
     request = {"op": "append", "agent": {"id": "a", "owner": None}, "thread": "t", "event": {"seq": 1}}
     lines, _, code = call_once(store.program, request, env=store.env)
     assert code == 0 and lines == ['{"reply": "done"}']
-    lines, _, code = call_once(store.program, b'{"op": "last", "agent": {"id": "a"}, "thread": "t"}\n{"op": "x"}', env=store.env)
+    lines, _, code = call_once(
+        store.program, b'{"op": "last", "agent": {"id": "a"}, "thread": "t"}\n{"op": "x"}', env=store.env
+    )
     assert code == 0 and len(lines) == 1 and json.loads(lines[0])["reply"] == "error"
 
 
@@ -91,6 +95,16 @@ def test_serve_answers_each_line_and_goes_on_after_errors(store):
     done = run([store.program, "serve"], stdin=b"\n".join(lines) + b"\n", env=store.env)
     assert done.returncode == 0
     replies = [json.loads(x) for x in done.stdout.decode().splitlines()]
-    assert [r["reply"] for r in replies] == ["error", "error", "error", "error", "done", "last", "error", "last", "error"]
+    assert [r["reply"] for r in replies] == [
+        "error",
+        "error",
+        "error",
+        "error",
+        "done",
+        "last",
+        "error",
+        "last",
+        "error",
+    ]
     assert replies[5]["last"] == 1 and replies[7]["last"] == 1
     assert all(isinstance(r.get("error", ""), str) for r in replies)

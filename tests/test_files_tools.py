@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 
 import pytest
-
 from support import Session, fresh_agent, race, service_of, serving
 
 
@@ -18,8 +17,14 @@ def test_write_read_list_remove(session):
     assert s("file_read", path="skills/greet/SKILL.md") == {"reply": "file", "file": None}
     assert s("file_write", path="skills/greet/SKILL.md", data=b64(b"hi"), version=0) == {"reply": "wrote", "version": 1}
     assert s("file_write", path="skills/greet/SKILL.md", data=b64(b"x"), version=0) == {"reply": "stale", "version": 1}
-    assert s("file_write", path="skills/greet/SKILL.md", data=b64(b"hello"), version=1) == {"reply": "wrote", "version": 2}
-    assert s("file_read", path="skills/greet/SKILL.md") == {"reply": "file", "file": {"data": b64(b"hello"), "version": 2}}
+    assert s("file_write", path="skills/greet/SKILL.md", data=b64(b"hello"), version=1) == {
+        "reply": "wrote",
+        "version": 2,
+    }
+    assert s("file_read", path="skills/greet/SKILL.md") == {
+        "reply": "file",
+        "file": {"data": b64(b"hello"), "version": 2},
+    }
     s("file_write", path="instructions/instruction.md", data=b64(b""), version=0)
     s("file_write", path="skills/a/b/c.txt", data=b64(b"deep"), version=0)
     s("file_write", path="skills/greeting", data=b64(b"not under greet/"), version=0)
@@ -50,7 +55,10 @@ def test_versions_never_come_back(session):
     given.append(appended["version"])
     assert len(set(given)) == len(given), given
     for old in given[:-1]:
-        assert s("file_write", path=path, data=b64(b"late writer"), version=old) == {"reply": "stale", "version": given[-1]}
+        assert s("file_write", path=path, data=b64(b"late writer"), version=old) == {
+            "reply": "stale",
+            "version": given[-1],
+        }
     assert s("file_read", path=path)["file"]["data"] == b64(b"x")
 
 
@@ -61,7 +69,7 @@ def test_eight_writers_of_one_version(store):
         for round_ in range(4):
             path = f"skills/race{round_}/SKILL.md"
             base = s("file_write", path=path, data=b64(b"base"), version=0)["version"] if round_ % 2 else 0
-            replies = race(procs, lambda i: {"op": "file_write", "agent": agent, "path": path,
+            replies = race(procs, lambda i, path=path, base=base: {"op": "file_write", "agent": agent, "path": path,
                                               "data": b64(f"writer {i}".encode()), "version": base})
             wrote = [i for i, r in enumerate(replies) if r["reply"] == "wrote"]
             assert len(wrote) == 1, replies
@@ -77,7 +85,15 @@ def test_eight_appends_at_once_are_all_kept_whole(store):
         for round_ in range(3):
             path = f"skills/log{round_}.txt"
             pieces = [f"<piece {i} {'x' * (50 + i)}>".encode() for i in range(8)]
-            replies = race(procs, lambda i: {"op": "file_append", "agent": agent, "path": path, "data": b64(pieces[i])})
+            replies = race(
+                procs,
+                lambda i, path=path, pieces=pieces: {
+                    "op": "file_append",
+                    "agent": agent,
+                    "path": path,
+                    "data": b64(pieces[i]),
+                },
+            )
             assert all(r["reply"] == "wrote" for r in replies), replies
             versions = sorted(r["version"] for r in replies)
             assert len(set(versions)) == 8
@@ -131,7 +147,7 @@ def test_bad_versions_are_refused(session, version):
 def test_hostile_and_long_paths_are_kept_apart(session):
     paths = ["skills/%2F", "skills/%", "skills/a b", "skills/ü", "skills/u\u0308", "skills/~", "skills/_x",
              "skills/a=b", "skills/a+b", "skills/" + "é" * 500, "skills/" + "x" * 1017, "instructions/" + "日" * 300]
-    for i, path in enumerate(paths):
+    for _i, path in enumerate(paths):
         assert session("file_write", path=path, data=b64(path.encode()), version=0)["reply"] == "wrote", path
     listed = session("file_list", folder="skills")["files"]
     assert listed == sorted((p for p in paths if p.startswith("skills/")), key=lambda p: p.encode())
@@ -181,7 +197,8 @@ def test_eight_narrowings_at_once_each_narrow_what_others_left(store):
         for round_ in range(4):
             thread = f"narrow-{round_}"
             lists = [[t for j, t in enumerate(universe) if j != i] for i in range(8)]  # each drops one tool
-            replies = race(procs, lambda i: {"op": "tools_narrow", "agent": agent, "thread": thread, "tools": lists[i]})
+            replies = race(procs, lambda i, thread=thread, lists=lists: {"op": "tools_narrow", "agent": agent,
+                                                                 "thread": thread, "tools": lists[i]})
             assert all(r["reply"] == "tools" for r in replies)
             assert s("tools_read", thread=thread)["tools"] == ["t8", "t9"]
             for i, r in enumerate(replies):

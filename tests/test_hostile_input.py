@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from support import Session
 
 NOT_A_DOUBLE = ["1e999", "-1e999", "1E400", "-2.5e308"]
@@ -30,7 +29,9 @@ def error_of(session: Session, raw: str) -> str:
 @pytest.mark.parametrize("number", NOT_A_DOUBLE)
 def test_numbers_no_double_holds_are_refused_and_nothing_is_stored(session: Session, number: str) -> None:
     agent = json.dumps(session.agent)
-    why = error_of(session, f'{{"op": "append", "agent": {agent}, "thread": "t", "event": {{"seq": 1, "x": {number}}}}}')
+    why = error_of(
+        session, f'{{"op": "append", "agent": {agent}, "thread": "t", "event": {{"seq": 1, "x": {number}}}}}'
+    )
     assert "double" in why
     assert session("last", thread="t") == {"reply": "last", "last": 0}
     why = error_of(session, f'{{"op": "job_put", "agent": {agent}, "place": "waiting", '
@@ -125,8 +126,9 @@ def test_long_path_parts_ending_in_dots_are_their_own_files(store_env) -> None:
 def test_debug_logs_carry_the_projects_lines_and_never_a_credential(store, tmp_path) -> None:
     """LNK_STORE_LOG=debug once set the root logger to DEBUG: botocore logged the session token,
     the access key id and the signature of every request."""
-    from cloudstore.client import ServeProcess
     from support import fresh_agent
+
+    from cloudstore.client import ServeProcess
 
     secret = {"AWS_ACCESS_KEY_ID": "AKIDMARKER0000000000", "AWS_SECRET_ACCESS_KEY": "secretmarker",
               "AWS_SESSION_TOKEN": "tokenmarker0000"}

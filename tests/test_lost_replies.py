@@ -16,14 +16,24 @@ and another machine's op the plan did not get to run is run right after.
 from __future__ import annotations
 
 import base64
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-
 from faults.backend import Fault
 from faults.machines import (
-    GIVE_UP_FAST, Machine, Machines, Once, a_write, any_request, between, every_write_lands_late_once,
-    in_order, nth_request, outage_after_first_write, write_to,
+    GIVE_UP_FAST,
+    Machine,
+    Machines,
+    Once,
+    a_write,
+    any_request,
+    between,
+    every_write_lands_late_once,
+    in_order,
+    nth_request,
+    outage_after_first_write,
+    write_to,
 )
 
 PATH = "skills/greet/SKILL.md"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from support import Session
 
 from cloudstore.cache import ENTRY_OVERHEAD, MEMORY_BUDGET, Bounded
-from support import Session
 
 MIB = 1024 * 1024
 

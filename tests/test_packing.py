@@ -22,7 +22,9 @@ def test_blocks_end_only_at_multiples_of_their_size() -> None:
     assert packed_at(8) == [8]
     assert packed_at(16) == [8, 16]
     assert packed_at(1024) == [8, 16, 32, 64, 128, 256, 512, 1024]
-    assert packed_at(PACK_MAX * 3) == [2 ** k * PACK_MIN for k in range(PACK_MAX.bit_length() - PACK_MIN.bit_length() + 1)]
+    assert packed_at(PACK_MAX * 3) == [
+        2**k * PACK_MIN for k in range(PACK_MAX.bit_length() - PACK_MIN.bit_length() + 1)
+    ]
 
 
 def test_every_range_of_a_small_conversation_is_covered_exactly_once() -> None:

@@ -19,20 +19,25 @@ from __future__ import annotations
 import base64
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 
 import pytest
+from faults.http_proxy import FaultProxy, Rule
+from support import Session, StoreUnderTest, fresh_agent, location_of, make_store, serving
 
 from cloudstore.generations import (
-    Create, RetryingStore, RetryPolicy, StoreUnavailable, Transient, Update,
+    Create,
+    RetryingStore,
+    RetryPolicy,
+    StoreUnavailable,
+    Transient,
+    Update,
 )
 from cloudstore.keys import path_part, seq_part
 from cloudstore.settings import open_backend
-from support import StoreUnderTest, make_store
-from faults.http_proxy import FaultProxy, Rule
-from support import Session, fresh_agent, location_of, serving
 
 BODY = bytes(range(256)) * 64  # 16 KiB: a cut reply is a real cut
 
@@ -329,7 +334,9 @@ def test_s3_retries_at_least_what_botocores_standard_mode_retries() -> None:
 
     from cloudstore.s3 import _TRANSIENT_CODES, _classify, _transport_errors
 
-    codes = set(TransientRetryableChecker._TRANSIENT_ERROR_CODES) | set(ThrottledRetryableChecker._THROTTLED_ERROR_CODES)
+    codes = set(TransientRetryableChecker._TRANSIENT_ERROR_CODES) | set(
+        ThrottledRetryableChecker._THROTTLED_ERROR_CODES
+    )
     assert codes <= _TRANSIENT_CODES
     for kind in TransientRetryableChecker._TRANSIENT_EXCEPTION_CLS:
         assert issubclass(kind, _transport_errors()), kind
@@ -340,7 +347,9 @@ def test_s3_retries_at_least_what_botocores_standard_mode_retries() -> None:
                 bexc.ResponseStreamingError(error=urllib3.exceptions.ProtocolError("cut")),
                 urllib3.exceptions.ProtocolError("cut")):
         assert isinstance(_classify(exc), Transient), exc
-    denied = bexc.ClientError({"Error": {"Code": "AccessDenied"}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "GetObject")
+    denied = bexc.ClientError(
+        {"Error": {"Code": "AccessDenied"}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "GetObject"
+    )
     assert not isinstance(_classify(denied), Transient)
 
 
@@ -386,7 +395,10 @@ def test_the_proxy_forwards_chunked_bodies_head_and_rewrites_the_upstreams_links
             conn.endheaders()
             conn.send(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
             put = conn.getresponse()
-            assert (put.status, put.read()) == (201, f'{{"method": "PUT", "got": 11, "selfLink": "{proxy.url}/o"}}'.encode())
+            assert (put.status, put.read()) == (
+                201,
+                f'{{"method": "PUT", "got": 11, "selfLink": "{proxy.url}/o"}}'.encode(),
+            )
             assert put.getheader("Location") == proxy.url + "/next"
             conn.request("HEAD", "/o")  # the same connection: kept alive
             head = conn.getresponse()

@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import os
 from functools import partial
-from typing import Optional
 
 import pytest
+from support import location_of
 
 from cloudstore.generations import (
-    AlreadyExists, Create, NotFound, Overwrite, PreconditionFailed, PutMode, RetryingStore, RetryPolicy,
-    StoreUnavailable, Transient, Update,
+    AlreadyExists,
+    Create,
+    NotFound,
+    Overwrite,
+    PreconditionFailed,
+    PutMode,
+    RetryingStore,
+    RetryPolicy,
+    StoreUnavailable,
+    Transient,
+    Update,
 )
 from cloudstore.racing import at_once
 from cloudstore.settings import open_backend
-from support import location_of
 
 
 @pytest.fixture
@@ -105,7 +113,7 @@ def test_racers_exactly_one_wins(store_env, mode):
     stores = [RetryingStore(open_backend(loc)) for _ in range(8)]
     for round_ in range(5):
         key = f"{loc.prefix}race/{mode}/{round_}"
-        base: Optional[str] = None
+        base: str | None = None
         if mode == "update":
             base = stores[0].put(key, b"base", Create()).version
         put_mode: PutMode = Create() if base is None else Update(base)
@@ -113,7 +121,7 @@ def test_racers_exactly_one_wins(store_env, mode):
         def ready(i: int):
             def write() -> bool:
                 try:
-                    stores[i].put(key, f"writer {i}".encode(), put_mode)
+                    stores[i].put(key, f"writer {i}".encode(), put_mode)  # noqa: B023 (run in this iteration)
                     return True
                 except (AlreadyExists, PreconditionFailed):
                     return False
@@ -173,7 +181,9 @@ def test_retry_recognises_its_own_create(store_env):
 
 def test_giving_up_says_outcome_unknown(store_env):
     loc = location_of(store_env)
-    s = RetryingStore(FlakyBackend(open_backend(loc), fail_all=True), RetryPolicy(attempts=3, first_delay=0.001, max_delay=0.01))
+    s = RetryingStore(
+        FlakyBackend(open_backend(loc), fail_all=True), RetryPolicy(attempts=3, first_delay=0.001, max_delay=0.01)
+    )
     with pytest.raises(StoreUnavailable) as info:
         s.put(loc.prefix + "down", b"x", Create())
     assert info.value.outcome_unknown and "outcome unknown" in str(info.value)

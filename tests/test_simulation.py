@@ -22,12 +22,12 @@ import random
 from typing import Any
 
 import pytest
-
-from cloudstore.settings import Location, open_backend
 from sim.history import History
 from sim.invariants import check
 from sim.run import report, run_history, run_many
 from support import location_of
+
+from cloudstore.settings import Location, open_backend
 
 #: Operations per backend per run (CI): the folder runs about 700 a second, the emulators 50-150, so
 #: the folder takes the most histories for the same time.

@@ -25,7 +25,8 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..client import env_pairs
 from ..config_schema import ConfigFileError, Field, ListOf, Nullable, Number, Obj, Str, load_config
@@ -39,21 +40,59 @@ log = logging.getLogger("cloudstore.bridge")
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lnk-store-bridge",
-        description="Answer proved store calls at HARNESS/.link-store.sock through a store driver.",
+        description="Answer proved store calls at HARNESS/.link-store.sock through a store driver. "
+        "Serve one agent by the --agent-* flags, more with --config (or both). "
+        "Logs go to stderr; nothing is written to stdout.",
     )
-    p.add_argument("--harness", required=True, help="the harness's folder; the socket is made in it")
-    p.add_argument("--agent-id", help="the served agent's id")
+    p.add_argument(
+        "--harness", required=True,
+        help="the harness's folder (required); the socket HARNESS/.link-store.sock is made in it, mode 0600",
+    )
+    p.add_argument(
+        "--agent-id",
+        help="the served agent's id; needs --agent-owner or --no-owner, --key-file and --agent-folder",
+    )
     owner = p.add_mutually_exclusive_group()
-    owner.add_argument("--agent-owner", help="the served agent's owner")
-    owner.add_argument("--no-owner", action="store_true", help="the served agent has no owner (null)")
-    p.add_argument("--key-file", help="the agent's key: one line of hex, mode 0600")
+    owner.add_argument(
+        "--agent-owner", help='the served agent\'s owner (a string; "" is an owner, unlike --no-owner)',
+    )
+    owner.add_argument(
+        "--no-owner", action="store_true",
+        help='the served agent has no owner (owner null, another agent than owner "")',
+    )
+    p.add_argument(
+        "--key-file",
+        help="the agent's key: a regular file of one line of hex (at least 32 bytes decoded), "
+        "mode 0600, owned by the bridge's user or root",
+    )
     p.add_argument("--agent-folder", help="the agent's folder; its chats/ is the driver's LNK_STORE_DIR")
-    p.add_argument("--config", help="JSON file listing more agents: {\"agents\": [{id, owner, key_file, folder}]}")
-    p.add_argument("--driver", required=True, help="the driver program (a name, path or shell-quoted command)")
-    p.add_argument("--driver-env", action="append", default=[], metavar="K=V", help="a setting for the driver")
-    p.add_argument("--call-timeout", type=float, default=Limits.call_timeout, metavar="S")
-    p.add_argument("--request-timeout", type=float, default=Limits.request_timeout, metavar="S")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument(
+        "--config",
+        help='a JSON file of more agents: {"agents": [{"id": ..., "owner": ... or null, "key_file": ..., '
+        '"folder": ...}]}, each key required',
+    )
+    p.add_argument(
+        "--driver", required=True,
+        help="the driver program (required): a name on PATH, a path, or a shell-quoted command line",
+    )
+    p.add_argument(
+        "--driver-env", action="append", default=[], metavar="K=V",
+        help="a setting for the driver, e.g. LNK_BUCKET_URL=s3://bucket/prefix (repeat for more; default: none)",
+    )
+    p.add_argument(
+        "--call-timeout", type=float, default=Limits.call_timeout, metavar="S",
+        help="seconds one driver call may take, also the longest wait for a free driver; past it the caller "
+        "is answered timeout: and the driver is stopped and replaced (default: %(default)g; over 0, at most 86400)",
+    )
+    p.add_argument(
+        "--request-timeout", type=float, default=Limits.request_timeout, metavar="S",
+        help="seconds a caller has to send its proof line after connecting, and again its request line "
+        "after the proof (default: %(default)g; over 0, at most 86400)",
+    )
+    p.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the least level logged on stderr (default: %(default)s)",
+    )
     return p
 
 
@@ -68,7 +107,7 @@ CONFIG = Obj({"agents": Field(ListOf(AGENT), required=True)})
 SECONDS = Number(0, 86400.0)
 
 
-def _spec(owner: Optional[str], agent_id: str, key_file: str, folder: str) -> AgentSpec:
+def _spec(owner: str | None, agent_id: str, key_file: str, folder: str) -> AgentSpec:
     # Absolute: the folder becomes the driver's LNK_STORE_DIR and is judged for links on every call.
     return AgentSpec(owner=owner, id=agent_id, key=read_key_file(key_file), folder=os.path.abspath(folder))
 
@@ -76,7 +115,7 @@ def _spec(owner: Optional[str], agent_id: str, key_file: str, folder: str) -> Ag
 def config_agents(path: str) -> list[dict[str, Any]]:
     """The agents of config file ``path``, checked; ConfigFileError naming the file and key path."""
     agents: list[dict[str, Any]] = load_config(path, CONFIG)["agents"]
-    seen: dict[tuple[Optional[str], str], int] = {}
+    seen: dict[tuple[str | None, str], int] = {}
     for i, item in enumerate(agents):
         who = (item["owner"], item["id"])
         if who in seen:
@@ -91,11 +130,13 @@ def agents_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> li
     Every agent is checked before any key file is read, so a usage error is
     reported as one (exit 2) whatever else is wrong.
     """
-    given: list[tuple[Optional[str], str, str, str]] = []  # owner, id, key_file, folder
+    given: list[tuple[str | None, str, str, str]] = []  # owner, id, key_file, folder
     flags = (args.agent_id, args.key_file, args.agent_folder)
     if any(flags) or args.agent_owner is not None or args.no_owner:
         if not all(flags) or (args.agent_owner is None and not args.no_owner):
-            parser.error("an agent by flags needs --agent-id, --agent-owner or --no-owner, --key-file and --agent-folder")
+            parser.error(
+                "an agent by flags needs --agent-id, --agent-owner or --no-owner, --key-file and --agent-folder"
+            )
         given.append((None if args.no_owner else args.agent_owner, args.agent_id, args.key_file, args.agent_folder))
     if args.config:
         try:
@@ -110,7 +151,7 @@ def agents_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> li
     return [_spec(*agent) for agent in given]
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     for flag, value in (("--call-timeout", args.call_timeout), ("--request-timeout", args.request_timeout)):
@@ -125,7 +166,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         log.error("%s", exc)
         return 1
     limits = Limits(call_timeout=args.call_timeout, request_timeout=args.request_timeout)
-    bridge = StoreBridge(args.harness, agents, args.driver, env_pairs(args.driver_env, "--driver-env", parser.error), limits)
+    bridge = StoreBridge(
+        args.harness, agents, args.driver, env_pairs(args.driver_env, "--driver-env", parser.error), limits
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import socket
 import time
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..client import dumps
 from .proof import compute_proof
@@ -24,14 +25,14 @@ class BridgeError(Exception):
     """The bridge closed the connection without a reply line."""
 
 
-def proof_line(key: bytes, owner: Optional[str], agent_id: str) -> bytes:
+def proof_line(key: bytes, owner: str | None, agent_id: str) -> bytes:
     """The first line of every call: who the caller is, and the proof of it."""
     return dumps({"agent": {"id": agent_id, "owner": owner}, "proof": compute_proof(key, owner, agent_id)}).encode(
         "utf-8"
     )
 
 
-def bridge_error_word(reply: dict[str, Any]) -> Optional[str]:
+def bridge_error_word(reply: dict[str, Any]) -> str | None:
     """``refused``, ``busy``, ``timeout`` or ``driver`` when the bridge itself
     answered the error (a caller may retry ``busy``); None for anything else,
     a driver's own error included."""
@@ -78,7 +79,7 @@ def _read_line(sock: socket.socket) -> bytes:
 class BridgeClient:
     """One agent's caller of one bridge: each request is one connection."""
 
-    def __init__(self, socket_path: str, owner: Optional[str], agent_id: str, key: bytes, timeout: float = 60.0) -> None:
+    def __init__(self, socket_path: str, owner: str | None, agent_id: str, key: bytes, timeout: float = 60.0) -> None:
         self.socket_path = socket_path
         self.owner = owner
         self.id = agent_id

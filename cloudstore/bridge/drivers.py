@@ -21,8 +21,9 @@ import logging
 import subprocess
 import threading
 import time
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Hashable, Mapping, Optional, Sequence
+from typing import Any
 
 from ..client import DriverError, ServeProcess, call_once, driver_env, program_argv
 
@@ -53,7 +54,7 @@ class Contract:
     files: bool = False
 
     @classmethod
-    def from_json(cls, value: Any) -> "Contract":
+    def from_json(cls, value: Any) -> Contract:
         """Only a literal ``true`` turns a capability on; a key left out means false."""
         if not isinstance(value, dict):
             raise ValueError("the contract is not a JSON object")
@@ -63,7 +64,9 @@ class Contract:
         return cls(1, *(value.get(k) is True for k in ("serve", "jobs", "files")))
 
 
-def read_contract(program: str | Sequence[str], env: Optional[Mapping[str, str]] = None, timeout: float = 30.0) -> Contract:
+def read_contract(
+    program: str | Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 30.0
+) -> Contract:
     """Ask the program once what it does; ValueError when it answers nothing usable."""
     try:
         done = subprocess.run(
@@ -122,7 +125,7 @@ class _Watchdog:
         self._cond = threading.Condition(self.lock)
         self._heap: list[tuple[float, int, _Watch]] = []
         self._seq = 0
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     def arm(self, proc: ServeProcess, seconds: float) -> _Watch:
         watch = _Watch(proc, time.monotonic() + seconds)
@@ -174,7 +177,7 @@ class DriverPool:
 
     # -- places ------------------------------------------------------------
 
-    def _take_place(self, key: Hashable, deadline: float) -> tuple[Optional[ServeProcess], list[ServeProcess]]:
+    def _take_place(self, key: Hashable, deadline: float) -> tuple[ServeProcess | None, list[ServeProcess]]:
         """Under the lock: an idle process of ``key``, or a free place (None).
 
         Also returns processes to stop outside the lock: dead idle ones found
@@ -216,7 +219,7 @@ class DriverPool:
                         if not self._waiting[key]:
                             del self._waiting[key]
 
-    def _give_back(self, key: Hashable, proc: Optional[ServeProcess], keep: bool) -> None:
+    def _give_back(self, key: Hashable, proc: ServeProcess | None, keep: bool) -> None:
         """Return a place; a healthy serve process stays idle for its agent.
 
         One that failed is killed; a healthy one the stopping bridge no longer
@@ -226,7 +229,7 @@ class DriverPool:
             kept = proc is not None and keep and not self._closed and proc.alive()
             if proc is not None:
                 self._busy.discard(proc)
-            if kept:
+            if kept and proc is not None:  # (kept implies a process: for the type checker)
                 self._idle.append((key, proc))
             else:
                 self._places -= 1
@@ -290,7 +293,9 @@ class DriverPool:
         if code != 0 or len(lines) != 1:
             # The driver's stderr is the operator's, not the caller's: it may name
             # folders, endpoints and buckets. It goes to the bridge's log, cut short.
-            log.warning("driver call exited %d with %d stdout lines; stderr ends: %s", code, len(lines), err[-STDERR_LOGGED:])
+            log.warning(
+                "driver call exited %d with %d stdout lines; stderr ends: %s", code, len(lines), err[-STDERR_LOGGED:]
+            )
             raise DriverFailed(f"call exited {code} with {len(lines)} stdout lines")
         return check_reply_line(lines[0]).encode("utf-8")
 

@@ -30,8 +30,8 @@ import selectors
 import socket
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from ..client import dumps
 from .ratelog import RateLog
@@ -45,7 +45,7 @@ TRANSIENT = frozenset({errno.ECONNABORTED, errno.EPROTO, errno.EINTR, errno.EAGA
 
 # A proof line seen whole: the reply to send (then the connection is drained and
 # closed by the gate), or None when on_line took the connection over.
-OnLine = Callable[[socket.socket, bytes, bytes], Optional[bytes]]
+OnLine = Callable[[socket.socket, bytes, bytes], bytes | None]
 
 
 @dataclass(eq=False)
@@ -81,10 +81,10 @@ class Gate:
         self.evicted_reply = evicted_reply
         self.drain = drain
         self.backoff = backoff
-        self._waiting: "OrderedDict[_Conn, None]" = OrderedDict()  # unproved, oldest first
-        self._closing: "OrderedDict[_Conn, None]" = OrderedDict()  # answered, oldest first
-        self._sel: Optional[selectors.BaseSelector] = None
-        self._paused_until: Optional[float] = None
+        self._waiting: OrderedDict[_Conn, None] = OrderedDict()  # unproved, oldest first
+        self._closing: OrderedDict[_Conn, None] = OrderedDict()  # answered, oldest first
+        self._sel: selectors.BaseSelector | None = None
+        self._paused_until: float | None = None
         self._scratch = bytearray(65536)  # what a closing connection still sends is read into this and dropped
         self._log = RateLog(log)
         # Counts, for logs, tests and the benchmark (written by the gate thread only).
@@ -129,7 +129,7 @@ class Gate:
                         self._close(conns.popitem(last=False)[0])
                 self._sel = None
 
-    def _wait(self, now: float) -> Optional[float]:
+    def _wait(self, now: float) -> float | None:
         """Seconds until the next deadline or the end of a pause; None for none."""
         times = [c.deadline for c in (next(iter(self._waiting), None), next(iter(self._closing), None)) if c]
         if self._paused_until is not None:
@@ -146,7 +146,9 @@ class Gate:
                 del conns[conn]
                 if not conn.closing:
                     self.expired += 1
-                    self._log(logging.INFO, "expired", "closed a connection that sent no proof within %g s", self.timeout)
+                    self._log(
+                        logging.INFO, "expired", "closed a connection that sent no proof within %g s", self.timeout
+                    )
                 self._close(conn)
 
     # -- accepting --------------------------------------------------------------
@@ -294,7 +296,9 @@ class Gate:
             self._close(conn)
             done += 1
         if done:
-            self._log(logging.WARNING, "evict", "dropped the oldest connections not yet proved (%d held at most)", self.most)
+            self._log(
+                logging.WARNING, "evict", "dropped the oldest connections not yet proved (%d held at most)", self.most
+            )
         return done
 
     def _register(self, conn: _Conn) -> None:

@@ -16,8 +16,8 @@ it is sent (see ``StoreBridge``'s docstring for the figure).
 from __future__ import annotations
 
 import threading
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Hashable
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -103,7 +103,7 @@ class ByteBudget:
         with self._lock:
             return self._used
 
-    def hold(self) -> "Hold":
+    def hold(self) -> Hold:
         """A hold of zero bytes, to be grown with ``Hold.resize`` and ended with ``Hold.release``."""
         return Hold(self)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Optional
 
 from .limits import Hold
 
@@ -45,7 +44,7 @@ class LineReader:
     does not fit raises LineOverBudget. The caller releases the hold.
     """
 
-    def __init__(self, sock: socket.socket, start: bytes = b"", hold: Optional[Hold] = None) -> None:
+    def __init__(self, sock: socket.socket, start: bytes = b"", hold: Hold | None = None) -> None:
         self.sock = sock
         self._buf = bytearray(start)
         self.hold = hold
@@ -81,7 +80,7 @@ class LineReader:
             self.sock.settimeout(remaining)
             try:
                 chunk = self.sock.recv(size)
-            except socket.timeout as exc:
+            except TimeoutError as exc:
                 raise LineTimeout("no whole line in time") from exc
             except OSError as exc:
                 raise LineClosed(str(exc)) from exc

@@ -18,7 +18,7 @@ import errno
 import os
 import socket
 import stat
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .limits import Limits
@@ -87,7 +87,7 @@ def remove_if_ours(path: str, ident: tuple[int, int]) -> None:
         os.unlink(path)
 
 
-def fd_room(limits: "Limits") -> tuple[Union[int, str], Union[int, str], int, int]:
+def fd_room(limits: Limits) -> tuple[int | str, int | str, int, int]:
     """(soft limit, hard limit, descriptors open now, connections the gate may hold).
 
     The gate holds at most ``limits.max_pending`` unproved connections, and
@@ -109,7 +109,7 @@ def fd_room(limits: "Limits") -> tuple[Union[int, str], Union[int, str], int, in
     if soft != resource.RLIM_INFINITY:
         most = min(most, soft - open_now - reserve)
 
-    def shown(n: int) -> Union[int, str]:
+    def shown(n: int) -> int | str:
         return "unlimited" if n == resource.RLIM_INFINITY else n
 
     return shown(soft), shown(hard), open_now, max(8, most)

@@ -9,13 +9,12 @@ differently, and no split of one string between owner and id can collide.
 
 from __future__ import annotations
 
-import hmac
 import hashlib
+import hmac
 import os
 import re
 import stat
 import struct
-from typing import Optional
 
 PREFIX = b"link store bridge v1\x00"
 KEY_MIN = 32
@@ -31,18 +30,18 @@ def _counted(text: str) -> bytes:
     return struct.pack(">I", len(raw)) + raw
 
 
-def proof_message(owner: Optional[str], agent_id: str) -> bytes:
+def proof_message(owner: str | None, agent_id: str) -> bytes:
     """The bytes the proof is computed over, exactly as wire.md lays them out."""
     owner_part = b"\x00" if owner is None else b"\x01" + _counted(owner)
     return PREFIX + owner_part + _counted(agent_id)
 
 
-def compute_proof(key: bytes, owner: Optional[str], agent_id: str) -> str:
+def compute_proof(key: bytes, owner: str | None, agent_id: str) -> str:
     """The proof for (owner, id): 64 lowercase hex digits."""
     return hmac.new(key, proof_message(owner, agent_id), hashlib.sha256).hexdigest()
 
 
-def proof_matches(key: bytes, owner: Optional[str], agent_id: str, given: str) -> bool:
+def proof_matches(key: bytes, owner: str | None, agent_id: str, given: str) -> bool:
     """Whether ``given`` proves (owner, id) under ``key``, compared in constant time.
 
     Both sides are ASCII bytes of equal shape by the time they are compared, so
@@ -171,7 +170,7 @@ def read_key_file(path: str | os.PathLike[str]) -> bytes:
     return key
 
 
-def proof_line_bound(owner: Optional[str], agent_id: str, least: int) -> int:
+def proof_line_bound(owner: str | None, agent_id: str, least: int) -> int:
     """The longest proof line the bridge reads for this agent: at least ``least``.
 
     The contract sets no length for an id or owner, so the bound follows the

@@ -10,6 +10,7 @@ the drivers can never disagree on what a legal path or datum is.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from .. import strict_json, validate
 from ..validate import Agent, RequestError
@@ -23,7 +24,7 @@ class Refused(Exception):
     """The call may not reach the driver; the message says why."""
 
 
-def parse_line(line: bytes, what: str) -> dict:
+def parse_line(line: bytes, what: str) -> dict[str, Any]:
     """One line as a strict JSON object: UTF-8, no NaN/Infinity, no repeated key."""
     try:
         text = line.decode("utf-8")
@@ -38,7 +39,7 @@ def parse_line(line: bytes, what: str) -> dict:
     return value
 
 
-def named_agent(message: dict, what: str) -> Agent:
+def named_agent(message: dict[str, Any], what: str) -> Agent:
     """The (owner, id) a proof line or request names; an absent owner is null."""
     try:
         return validate.agent(message)
@@ -46,14 +47,14 @@ def named_agent(message: dict, what: str) -> Agent:
         raise Refused(f"{what}: {exc}") from exc
 
 
-def check_same_agent(request: dict, proved: Agent) -> None:
+def check_same_agent(request: dict[str, Any], proved: Agent) -> None:
     """A request may only name the agent its caller proved to be (owner null != "")."""
     named = named_agent(request, "request")
     if named != proved:
         raise Refused("the request names another agent than the one proved")
 
 
-def check_contract(request: dict, contract: Contract) -> None:
+def check_contract(request: dict[str, Any], contract: Contract) -> None:
     """Refuse job_* and file_* ops the driver's contract does not keep, and check
     the file and tools arguments the bridge answers for."""
     op = request.get("op")
@@ -87,14 +88,14 @@ def check_folders(agent_folder: str) -> None:
             raise Refused(f"{folder} is a symbolic link")
 
 
-def check_call(request: dict, proved: Agent, contract: Contract, agent_folder: str) -> None:
+def check_call(request: dict[str, Any], proved: Agent, contract: Contract, agent_folder: str) -> None:
     """Every check, in order: who, what the driver keeps, the arguments, the folders."""
     check_same_agent(request, proved)
     check_contract(request, contract)
     check_folders(agent_folder)
 
 
-def error_reply(reason: str) -> dict:
+def error_reply(reason: str) -> dict[str, Any]:
     """The bridge's own answer, ``{"reply": "error", "error": "<word>: <why>"}``."""
     return {"reply": "error", "error": reason}
 

@@ -41,8 +41,8 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
 
 from ..client import dumps
 from ..validate import Agent, shown
@@ -70,7 +70,7 @@ _UNKNOWN_KEY = os.urandom(32)  # proofs for agents not served are still checked,
 class AgentSpec:
     """One agent this bridge serves: who it is, its key, and its folder."""
 
-    owner: Optional[str]
+    owner: str | None
     id: str
     key: bytes = field(repr=False)  # never in a log line
     folder: str = ""
@@ -93,9 +93,9 @@ class StoreBridge:
         harness_dir: str | os.PathLike[str],
         agents: Iterable[AgentSpec],
         driver: str | Sequence[str],
-        driver_env: Optional[Mapping[str, str]] = None,
+        driver_env: Mapping[str, str] | None = None,
         limits: Limits = Limits(),
-        contract: Optional[Contract] = None,
+        contract: Contract | None = None,
     ) -> None:
         self.socket_path = os.path.join(os.fspath(harness_dir), SOCKET_NAME)
         self.limits = limits
@@ -109,12 +109,12 @@ class StoreBridge:
         self.slots = CallSlots(limits.max_calls, limits.max_calls_per_agent)
         self.budget = ByteBudget(limits.request_budget_bytes)
         self.workers = WorkerPool(limits.max_calls)
-        self.pool: Optional[DriverPool] = None
-        self.gate: Optional[Gate] = None
-        self._sock: Optional[socket.socket] = None
-        self._ident: Optional[tuple[int, int]] = None
-        self._wake: Optional[tuple[socket.socket, socket.socket]] = None  # wakes the gate to stop
-        self._accepter: Optional[threading.Thread] = None
+        self.pool: DriverPool | None = None
+        self.gate: Gate | None = None
+        self._sock: socket.socket | None = None
+        self._ident: tuple[int, int] | None = None
+        self._wake: tuple[socket.socket, socket.socket] | None = None  # wakes the gate to stop
+        self._accepter: threading.Thread | None = None
         self._stopping = threading.Event()
         self._log = RateLog(log)
 
@@ -132,7 +132,7 @@ class StoreBridge:
 
     # -- life ----------------------------------------------------------------
 
-    def start(self) -> "StoreBridge":
+    def start(self) -> StoreBridge:
         """Ask the driver's contract (once), then listen. Raises if either fails."""
         if self.contract is None:
             # Not a call: a slow first start (an SDK's imports) must not stop the bridge starting.
@@ -143,9 +143,15 @@ class StoreBridge:
         self._sock, self._ident = listen_private(self.socket_path, LISTEN_BACKLOG)
         self._wake = socket.socketpair()
         self.gate = Gate(
-            self._sock, self._wake[0], self._on_line, lambda: self.proof_bound,
-            timeout=self.limits.request_timeout, most=most,
-            evicted_reply=self._error("busy: too many connections waiting to prove who they are; the oldest is dropped"),
+            self._sock,
+            self._wake[0],
+            self._on_line,
+            lambda: self.proof_bound,
+            timeout=self.limits.request_timeout,
+            most=most,
+            evicted_reply=self._error(
+                "busy: too many connections waiting to prove who they are; the oldest is dropped"
+            ),
         )
         self._accepter = threading.Thread(target=self._gate_loop, name="bridge-gate", daemon=True)
         self._accepter.start()
@@ -183,7 +189,7 @@ class StoreBridge:
             end.close()
         log.info("store bridge at %s stopped", self.socket_path)
 
-    def __enter__(self) -> "StoreBridge":
+    def __enter__(self) -> StoreBridge:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -199,7 +205,7 @@ class StoreBridge:
             log.exception("the bridge's gate failed; no more calls are taken")
             raise
 
-    def _on_line(self, sock: socket.socket, line: bytes, rest: bytes) -> Optional[bytes]:
+    def _on_line(self, sock: socket.socket, line: bytes, rest: bytes) -> bytes | None:
         """A proof line, on the gate's thread: the answer, or None when the call was handed to a worker.
 
         Cheap by construction (a line of a few KiB, one HMAC), so the gate
@@ -231,7 +237,7 @@ class StoreBridge:
         connection closed) and calls again finds its slot free.
         """
         hold = self.budget.hold()
-        reader: Optional[LineReader] = None
+        reader: LineReader | None = None
         try:
             try:
                 sock.setblocking(True)
@@ -249,7 +255,7 @@ class StoreBridge:
             log.exception("connection failed")
             sock.close()
 
-    def _request(self, spec: AgentSpec, reader: LineReader, hold: Hold) -> Optional[bytes]:
+    def _request(self, spec: AgentSpec, reader: LineReader, hold: Hold) -> bytes | None:
         """The reply line for a proved call, or None to close without one."""
         limits = self.limits
         try:
@@ -269,7 +275,13 @@ class StoreBridge:
                 f"{self.budget.total / MiB:.0f} MiB for requests (too many JSON values)"
             )
         if not hold.resize(cost):
-            self._log(logging.WARNING, "budget", "busy for %s: no room to check a request of %d bytes", _name(spec.agent), len(line))
+            self._log(
+                logging.WARNING,
+                "budget",
+                "busy for %s: no room to check a request of %d bytes",
+                _name(spec.agent),
+                len(line),
+            )
             return self._error(f"busy: checking requests already holds the bridge's memory budget "
                                f"({self.budget.total / MiB:.0f} MiB)")
         return self._call(spec, line, hold)

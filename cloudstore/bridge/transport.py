@@ -21,7 +21,8 @@ import os
 import shutil
 import tempfile
 import threading
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from ..client import DriverError
 from ..conformance.program import Driver
@@ -108,7 +109,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def transports_for(args: argparse.Namespace, env: Mapping[str, str]) -> Optional[list[Transport]]:
+def transports_for(args: argparse.Namespace, env: Mapping[str, str]) -> list[Transport] | None:
     """The bridge transport when ``--via-bridge`` was given, else None (the runner's own).
 
     The caller closes it: ``run()`` closes only the transports it built.

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Callable, Optional
+from collections.abc import Callable
 
 log = logging.getLogger("cloudstore.bridge")
 
@@ -99,7 +99,7 @@ class WorkerPool:
         with self._cond:
             return len(self._threads)
 
-    def close(self, deadline: Optional[float] = None) -> None:
+    def close(self, deadline: float | None = None) -> None:
         """Let queued and running jobs finish, then end every worker; wait until ``deadline``
         (a time.monotonic() value; None: without end)."""
         with self._cond:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from ..bridge import transport as bridge_transport
 from ..client import env_pairs
@@ -30,8 +30,13 @@ def parser() -> argparse.ArgumentParser:
         prog="lnk-store-check",
         description="Check that a Link store driver program keeps the store contract (wire.md), "
         "driving it only through its commands: contract, call and serve.",
+        epilog="Prints one line per check (name, PASS or FAIL, time; for a failure what was expected and what "
+        "came back), then 'N passed, M failed'. Exit status: 0 when every check passed, 1 when any failed, "
+        "2 on a usage error or when no check matched.",
     )
-    p.add_argument("program", metavar="PROGRAM", help="the driver: a name on PATH, a path, or a shell-quoted command line")
+    p.add_argument(
+        "program", metavar="PROGRAM", help="the driver: a name on PATH, a path, or a shell-quoted command line"
+    )
     p.add_argument("--mode", choices=MODES, default="serve",
                    help="how requests reach the driver: one serve process (default), a call process each, or both "
                         "(the call-mode stdout checks run in every mode)")
@@ -47,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def make_transports(args: argparse.Namespace, env: dict[str, str]) -> Optional[list[Transport]]:
+def make_transports(args: argparse.Namespace, env: dict[str, str]) -> list[Transport] | None:
     """The transports the options ask for; None lets the runner build them from ``--mode``."""
     return bridge_transport.transports_for(args, env)
 
@@ -56,7 +61,7 @@ def print_line(text: str) -> None:
     print(text, flush=True)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(argv)
     env = env_pairs(args.env, "--env", p.error)

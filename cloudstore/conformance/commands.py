@@ -46,7 +46,12 @@ def version_and_help(ctx: Ctx) -> None:
     """`--version` prints one line and `--help` prints usage on stdout, both exiting 0."""
     assert ctx.driver is not None
     ran = run_command(ctx.driver, ["--version"])
-    expect_that(ran.code == 0 and len(ran.lines) == 1 and ran.lines[0].strip(), "`--version`", "<one line, exit 0>", _ran(ran))
+    expect_that(
+        ran.code == 0 and len(ran.lines) == 1 and bool(ran.lines[0].strip()),
+        "`--version`",
+        "<one line, exit 0>",
+        _ran(ran),
+    )
     ran = run_command(ctx.driver, ["--help"])
     expect_that(ran.code == 0 and ran.stdout.strip() != b"", "`--help`", "<usage on stdout, exit 0>", _ran(ran))
 

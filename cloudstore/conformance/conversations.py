@@ -119,7 +119,7 @@ def event_values(ctx: Ctx) -> None:
     got = ctx.ask(a, "read", thread=t)
     expect_that(got.get("reply") == "events" and isinstance(got.get("events"), list) and len(got["events"]) == len(evs),
                 "read of the values", f"<{len(evs)} events>", got)
-    for sent, back in zip(evs, got["events"]):
+    for sent, back in zip(evs, got["events"], strict=False):
         expect(back, sent, "an event read back")
     middle = len(evs) // 2
     expect(ctx.ask(a, "read", thread=t, first=middle), events(evs[middle - 1:]), f"read from first {middle}")
@@ -135,7 +135,9 @@ def threads_sorted(ctx: Ctx) -> None:
     for i, name in enumerate(names):
         fill(ctx, a, name, i % 3 + 1)
         lasts[name] = i % 3 + 1
-    expect(ctx.ask(a, "take", thread="lease only", holder="h", lapse_ms=LONG), took("took"), "take a lease on a new thread")
+    expect(
+        ctx.ask(a, "take", thread="lease only", holder="h", lapse_ms=LONG), took("took"), "take a lease on a new thread"
+    )
     fill(ctx, a, "removed", 2)
     expect(ctx.ask(a, "remove", thread="removed"), DONE, "remove a conversation")
     if ctx.keeps_tools:
@@ -156,7 +158,9 @@ def remove(ctx: Ctx) -> None:
     expect(ctx.ask(a, "remove", thread=t), DONE, "remove")
     expect(ctx.ask(a, "read", thread=t), events([]), "read after remove")
     expect(ctx.ask(a, "last", thread=t), {"reply": "last", "last": 0}, "last after remove")
-    expect(ctx.ask(a, "threads"), {"reply": "threads", "threads": [{"thread": "kept", "last": 2}]}, "threads after remove")
+    expect(
+        ctx.ask(a, "threads"), {"reply": "threads", "threads": [{"thread": "kept", "last": 2}]}, "threads after remove"
+    )
     expect(holders(ctx, a), {"kept": "h1"}, "leases after remove (its lease forgotten, the other kept)")
     expect(ctx.ask(a, "take", thread=t, holder="h2", lapse_ms=LONG), took("took"), "take after remove (no lease left)")
     expect(append(ctx, a, t, 2), taken(0), "append seq 2 after remove")
@@ -193,14 +197,21 @@ def lease_take_renew_end(ctx: Ctx) -> None:
 
 @checks.check
 def lease_lapse_ms(ctx: Ctx) -> None:
-    """Lapse is judged to the millisecond: 400 ms old is lapsed at lapse_ms 300; renew and take reset it; 0 lapses at once."""
+    """Lapse is judged to the millisecond: 400 ms old is lapsed at lapse_ms 300; renew and take reset it;
+    0 lapses at once."""
     assert ctx.transport is not None
     a, t = ctx.agent(), "t"
     short_ms = max(300, ctx.transport.race_window_ms * 3 // 10)  # longer than two requests take one after another
     expect(ctx.ask(a, "take", thread=t, holder="h1", lapse_ms=LONG), took("took"), "take")
     time.sleep(0.4)
-    expect(ctx.ask(a, "take", thread=t, holder="h2", lapse_ms=LONG), took("held"), f"take with lapse_ms {LONG} after 400 ms")
-    expect(ctx.ask(a, "take", thread=t, holder="h2", lapse_ms=300), took("lapsed"), "take with lapse_ms 300 after 400 ms")
+    expect(
+        ctx.ask(a, "take", thread=t, holder="h2", lapse_ms=LONG),
+        took("held"),
+        f"take with lapse_ms {LONG} after 400 ms",
+    )
+    expect(
+        ctx.ask(a, "take", thread=t, holder="h2", lapse_ms=300), took("lapsed"), "take with lapse_ms 300 after 400 ms"
+    )
     expect(ctx.ask(a, "renew", thread=t, holder="h1"), {"reply": "lost"}, "renew by the holder it lapsed from")
     expect(ctx.ask(a, "renew", thread=t, holder="h2"), DONE, "renew by the holder that took it")
     time.sleep(short_ms / 1000 + 0.2)
@@ -265,7 +276,9 @@ def race_append(ctx: Ctx) -> None:
         seq = round_ + 1
         replies = race(ctx, [request(a, "append", thread=t, event={"seq": seq, "writer": w}) for w in range(8)])
         winners = [w for w, r in enumerate(replies) if r == DONE]
-        expect_that(len(winners) == 1, f"round {round_}: replies of 8 appenders of seq {seq}", "<exactly one done>", replies)
+        expect_that(
+            len(winners) == 1, f"round {round_}: replies of 8 appenders of seq {seq}", "<exactly one done>", replies
+        )
         for reply in replies:
             if reply != DONE:
                 expect(reply, taken(seq), f"round {round_}: a losing appender's reply")
@@ -278,14 +291,21 @@ def _race_takers(ctx: Ctx, a: dict[str, Json], t: str, lapse_ms: int, winner_say
     """Release 4 takers of ``t``; exactly one gets ``winner_says``, the rest ``held``, and the lease is the winner's."""
     replies = race(ctx, [request(a, "take", thread=t, holder=f"taker-{i}", lapse_ms=lapse_ms) for i in range(4)])
     winners = [i for i, r in enumerate(replies) if r == took(winner_says)]
-    expect_that(len(winners) == 1, f"round {round_}: replies of 4 takers", f"<exactly one {winner_says!r}, the rest held>", replies)
+    expect_that(
+        len(winners) == 1,
+        f"round {round_}: replies of 4 takers",
+        f"<exactly one {winner_says!r}, the rest held>",
+        replies,
+    )
     for reply in replies:
         if reply != took(winner_says):
             expect(reply, took("held"), f"round {round_}: a losing taker's reply")
     expect(holders(ctx, a).get(t), f"taker-{winners[0]}", f"round {round_}: the lease's holder")
     expect(ctx.ask(a, "renew", thread=t, holder=f"taker-{winners[0]}"), DONE, f"round {round_}: renew by the winner")
     loser = (winners[0] + 1) % 4
-    expect(ctx.ask(a, "renew", thread=t, holder=f"taker-{loser}"), {"reply": "lost"}, f"round {round_}: renew by a loser")
+    expect(
+        ctx.ask(a, "renew", thread=t, holder=f"taker-{loser}"), {"reply": "lost"}, f"round {round_}: renew by a loser"
+    )
 
 
 @checks.check
@@ -308,7 +328,9 @@ def race_take_lapsed(ctx: Ctx) -> None:
     for round_ in range(ctx.rounds):
         t = f"lapsed-{round_}"
         _race_takers(ctx, a, t, window, "lapsed", round_)
-        expect(ctx.ask(a, "renew", thread=t, holder="old"), {"reply": "lost"}, f"round {round_}: renew by the old holder")
+        expect(
+            ctx.ask(a, "renew", thread=t, holder="old"), {"reply": "lost"}, f"round {round_}: renew by the old holder"
+        )
 
 
 # -- names and agents
@@ -341,12 +363,18 @@ def agents_apart(ctx: Ctx) -> None:
 
     each_sees_its_own()
     no_owner = {"id": base}
-    expect(ctx.ask(no_owner, "last", thread=t), {"reply": "last", "last": 1}, "last of an agent with owner left out (= null)")
+    expect(
+        ctx.ask(no_owner, "last", thread=t),
+        {"reply": "last", "last": 1},
+        "last of an agent with owner left out (= null)",
+    )
     expect(ctx.ask(agents[1], "remove", thread=t), DONE, 'agent with owner "": remove')
     expect(ctx.ask(agents[1], "read", thread=t), events([]), 'agent with owner "": read after its remove')
     each_sees_its_own(skip=1)
     stranger = ctx.agent(owner=o)
-    expect(ctx.ask(stranger, "threads"), {"reply": "threads", "threads": []}, "threads of another agent of the same owner")
+    expect(
+        ctx.ask(stranger, "threads"), {"reply": "threads", "threads": []}, "threads of another agent of the same owner"
+    )
 
 
 @checks.check
@@ -406,25 +434,37 @@ def refuse_bad_args(ctx: Ctx) -> None:
     expect(ctx.ask(a, "take", thread=t, holder="h1", lapse_ms=LONG), took("took"), "take")
     r = lambda op, **f: request(a, op, **f)  # noqa: E731
     cases = [
-        ("read: first 0", r("read", thread=t, first=0)), ("read: first -1", r("read", thread=t, first=-1)),
-        ("read: first 1.0", r("read", thread=t, first=1.0)), ('read: first "1"', r("read", thread=t, first="1")),
-        ("read: first true", r("read", thread=t, first=True)), ("read: no thread", r("read")),
-        ("read: thread a number", r("read", thread=5)), ("last: no thread", r("last")),
+        ("read: first 0", r("read", thread=t, first=0)),
+        ("read: first -1", r("read", thread=t, first=-1)),
+        ("read: first 1.0", r("read", thread=t, first=1.0)),
+        ('read: first "1"', r("read", thread=t, first="1")),
+        ("read: first true", r("read", thread=t, first=True)),
+        ("read: no thread", r("read")),
+        ("read: thread a number", r("read", thread=5)),
+        ("last: no thread", r("last")),
         ("last: thread null", r("last", thread=None)),
-        ("take: no holder", r("take", thread=t, lapse_ms=LONG)), ("take: holder a number", r("take", thread=t, holder=1, lapse_ms=LONG)),
-        ("take: no lapse_ms", r("take", thread=t, holder="h1")), ("take: lapse_ms -1", r("take", thread=t, holder="h1", lapse_ms=-1)),
+        ("take: no holder", r("take", thread=t, lapse_ms=LONG)),
+        ("take: holder a number", r("take", thread=t, holder=1, lapse_ms=LONG)),
+        ("take: no lapse_ms", r("take", thread=t, holder="h1")),
+        ("take: lapse_ms -1", r("take", thread=t, holder="h1", lapse_ms=-1)),
         ("take: lapse_ms 1.0", r("take", thread=t, holder="h1", lapse_ms=1.0)),
         ('take: lapse_ms "100"', r("take", thread=t, holder="h1", lapse_ms="100")),
         ("take: lapse_ms true", r("take", thread=t, holder="h1", lapse_ms=True)),
         ("take: lapse_ms null", r("take", thread=t, holder="h1", lapse_ms=None)),
         ("take: no thread", r("take", holder="h1", lapse_ms=LONG)),
         ("take by another: lapse_ms 0.0", r("take", thread=t, holder="h2", lapse_ms=0.0)),
-        ("renew: no holder", r("renew", thread=t)), ("renew: no thread", r("renew", holder="h1")),
-        ("end: no holder", r("end", thread=t)), ("end: holder a number", r("end", thread=t, holder=1)),
-        ("end: holder a list", r("end", thread=t, holder=["h1"])), ("end: no thread", r("end", holder="h1")),
-        ("leases: lapse_ms -1", r("leases", lapse_ms=-1)), ('leases: lapse_ms "1"', r("leases", lapse_ms="1")),
-        ("leases: lapse_ms 1.5", r("leases", lapse_ms=1.5)), ("leases: lapse_ms true", r("leases", lapse_ms=True)),
-        ("remove: no thread", r("remove")), ("remove: thread a number", r("remove", thread=5)),
+        ("renew: no holder", r("renew", thread=t)),
+        ("renew: no thread", r("renew", holder="h1")),
+        ("end: no holder", r("end", thread=t)),
+        ("end: holder a number", r("end", thread=t, holder=1)),
+        ("end: holder a list", r("end", thread=t, holder=["h1"])),
+        ("end: no thread", r("end", holder="h1")),
+        ("leases: lapse_ms -1", r("leases", lapse_ms=-1)),
+        ('leases: lapse_ms "1"', r("leases", lapse_ms="1")),
+        ("leases: lapse_ms 1.5", r("leases", lapse_ms=1.5)),
+        ("leases: lapse_ms true", r("leases", lapse_ms=True)),
+        ("remove: no thread", r("remove")),
+        ("remove: thread a number", r("remove", thread=5)),
         ("remove: thread a list", r("remove", thread=[t])),
     ]
     expect_refused(ctx, cases, lambda: snapshot(ctx, a, [t, "5"]))

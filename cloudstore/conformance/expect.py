@@ -59,7 +59,7 @@ def same_json(got: Json, expected: Json) -> bool:
         return type(got) is type(expected) and got == expected
     if isinstance(expected, list):
         return isinstance(got, list) and len(got) == len(expected) and all(
-            same_json(g, e) for g, e in zip(got, expected)
+            same_json(g, e) for g, e in zip(got, expected, strict=False)
         )
     if isinstance(expected, dict):
         return isinstance(got, dict) and got.keys() == expected.keys() and all(

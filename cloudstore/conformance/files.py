@@ -99,7 +99,9 @@ def write_read(ctx: Ctx) -> None:
     expect(ctx.ask(a, "file_write", path=p, data=b64(b"late"), version=0), stale(v2), "file_write at 0 onto a file")
     expect(ctx.ask(a, "file_read", path=p), holding(b"# Greet v2\n", v2), "file_read after stale writes")
     q = "skills/greet/missing.md"
-    expect(ctx.ask(a, "file_write", path=q, data=b64(b"x"), version=v2), stale(0), "file_write at a version onto no file")
+    expect(
+        ctx.ask(a, "file_write", path=q, data=b64(b"x"), version=v2), stale(0), "file_write at a version onto no file"
+    )
     expect(ctx.ask(a, "file_read", path=q), NONE, "file_read after a stale write onto no file")
     v3 = write(ctx, a, p, b"", v2)
     expect(ctx.ask(a, "file_read", path=p), holding(b"", v3), "file_read of a file written empty")
@@ -131,7 +133,9 @@ def remove(ctx: Ctx) -> None:
     expect(ctx.ask(a, "file_read", path=p), NONE, "file_read after file_remove")
     expect(ctx.ask(a, "file_remove", path=p, version=v), found(False), "file_remove again")
     expect(ctx.ask(a, "file_list", folder="skills/"), files(["skills/x/kept.md"]), "file_list after file_remove")
-    expect(ctx.ask(a, "file_remove", path="skills/never", version=0), found(False), "file_remove of a file never written")
+    expect(
+        ctx.ask(a, "file_remove", path="skills/never", version=0), found(False), "file_remove of a file never written"
+    )
 
 
 @checks.check
@@ -171,7 +175,9 @@ def append(ctx: Ctx) -> None:
     v3 = write(ctx, a, p, b"reset", v2)
     v4 = appended(ctx, a, p, bytes(range(256)))
     expect_that(v4 not in (v1, v2, v3), "the version after append", f"<none of {[v1, v2, v3]}>", v4)
-    expect(ctx.ask(a, "file_read", path=p), holding(b"reset" + bytes(range(256)), v4), "file_read after write and append")
+    expect(
+        ctx.ask(a, "file_read", path=p), holding(b"reset" + bytes(range(256)), v4), "file_read after write and append"
+    )
 
 
 @checks.check
@@ -195,7 +201,8 @@ def list_files(ctx: Ctx) -> None:
 
 @checks.check
 def paths_within_limits(ctx: Ctx) -> None:
-    """Paths up to 1,024 bytes with any parts but empty, . and .. (spaces, %, newline, unicode, deep) are kept exactly."""
+    """Paths up to 1,024 bytes with any parts but empty, . and .. (spaces, %, newline, unicode, deep) are kept
+    exactly."""
     a = ctx.agent()
     paths = [
         "skills/" + "a" * 1017, "skills/" + "é" * 508 + "b", "skills/a b/%2F/x", "skills/..a/.b/a..",
@@ -204,7 +211,9 @@ def paths_within_limits(ctx: Ctx) -> None:
     ]
     for p in paths:
         v = write(ctx, a, p, p.encode(), 0)
-        expect(ctx.ask(a, "file_read", path=p), holding(p.encode(), v), f"file_read {p[:40]!r} ({len(p.encode())} bytes)")
+        expect(
+            ctx.ask(a, "file_read", path=p), holding(p.encode(), v), f"file_read {p[:40]!r} ({len(p.encode())} bytes)"
+        )
     listed = [p for p in paths if p.startswith("skills/")]
     expect(ctx.ask(a, "file_list", folder="skills/"), files(utf8_sorted(listed)), "file_list skills/")
 
@@ -235,7 +244,8 @@ def size_limit(ctx: Ctx) -> None:
 
 @checks.check
 def race_write(ctx: Ctx) -> None:
-    """8 writers of one version at once: exactly one `wrote`, 7 `stale` with the version now; the winner's bytes kept."""
+    """8 writers of one version at once: exactly one `wrote`, 7 `stale` with the version now; the winner's bytes
+    kept."""
     a = ctx.agent()
     for round_ in range(ctx.rounds):
         p = f"skills/race-{round_}/SKILL.md"
@@ -243,12 +253,16 @@ def race_write(ctx: Ctx) -> None:
         reqs = [request(a, "file_write", path=p, data=b64(f"writer {w}".encode()), version=base) for w in range(8)]
         replies = race(ctx, reqs)
         winners = [w for w, r in enumerate(replies) if r.get("reply") == "wrote"]
-        expect_that(len(winners) == 1, f"round {round_}: replies of 8 writers at version {base}", "<exactly one wrote>", replies)
+        expect_that(
+            len(winners) == 1, f"round {round_}: replies of 8 writers at version {base}", "<exactly one wrote>", replies
+        )
         now = version_of(replies[winners[0]], "wrote", f"round {round_}: the winner's reply")
         for reply in replies:
             if reply.get("reply") != "wrote":
                 expect(reply, stale(now), f"round {round_}: a losing writer's reply")
-        expect(ctx.ask(a, "file_read", path=p), holding(f"writer {winners[0]}".encode(), now), f"round {round_}: file_read")
+        expect(
+            ctx.ask(a, "file_read", path=p), holding(f"writer {winners[0]}".encode(), now), f"round {round_}: file_read"
+        )
 
 
 @checks.check
@@ -302,7 +316,9 @@ def list_limit(ctx: Ctx) -> None:
     """file_list answers 4,096 files, and refuses a folder of 4,097 with an error, never a cut list."""
     a = ctx.agent()
     paths = [f"skills/many/{i:05d}" for i in range(FILES_MAX)]
-    for path, reply in zip(paths, spread(ctx, [request(a, "file_write", path=p, data="eA==", version=0) for p in paths])):
+    for path, reply in zip(
+        paths, spread(ctx, [request(a, "file_write", path=p, data="eA==", version=0) for p in paths]), strict=False
+    ):
         version_of(reply, "wrote", f"file_write {path}")
     expect(ctx.ask(a, "file_list", folder="skills/many/"), files(paths), "file_list of 4,096 files")
     write(ctx, a, "skills/many/04096", b"x", 0)
@@ -374,7 +390,10 @@ def refuse_bad_base64(ctx: Ctx) -> None:
     for label, bad in BAD_BASE64:
         cases += [
             (f"file_write of data {label}", request(a, "file_write", path="skills/x", data=bad, version=v)),
-            (f"file_write of a new file with data {label}", request(a, "file_write", path="skills/y", data=bad, version=0)),
+            (
+                f"file_write of a new file with data {label}",
+                request(a, "file_write", path="skills/y", data=bad, version=0),
+            ),
             (f"file_append of data {label}", request(a, "file_append", path="skills/x", data=bad)),
         ]
     cases += [
@@ -399,8 +418,14 @@ def refuse_bad_version(ctx: Ctx) -> None:
             (f"file_remove at version {label}", request(a, "file_remove", path=p, version=bad)),
         ]
     cases += [
-        ("file_write of a new file at version 0.0", request(a, "file_write", path="skills/y", data=b64(b"n"), version=0.0)),
-        ("file_write of a new file at version false", request(a, "file_write", path="skills/y", data=b64(b"n"), version=False)),
+        (
+            "file_write of a new file at version 0.0",
+            request(a, "file_write", path="skills/y", data=b64(b"n"), version=0.0),
+        ),
+        (
+            "file_write of a new file at version false",
+            request(a, "file_write", path="skills/y", data=b64(b"n"), version=False),
+        ),
         ("file_write without a version", request(a, "file_write", path="skills/y", data=b64(b"n"))),
         ("file_remove without a version", request(a, "file_remove", path=p)),
     ]
@@ -411,7 +436,9 @@ def _samples(ctx: Ctx) -> list[Sample]:
     a = ctx.agent()
     return [
         Sample("file_write", request(a, "file_write", path="skills/s", data=b64(b"s"), version=0), False),
-        Sample("file_write at version 0 again", request(a, "file_write", path="skills/s", data=b64(b"s"), version=0), False),
+        Sample(
+            "file_write at version 0 again", request(a, "file_write", path="skills/s", data=b64(b"s"), version=0), False
+        ),
         Sample("file_read", request(a, "file_read", path="skills/s"), False),
         Sample("file_list", request(a, "file_list", folder="skills/"), False),
         Sample("file_append", request(a, "file_append", path="instructions/log", data=b64(b"x")), False),

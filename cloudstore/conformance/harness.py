@@ -11,8 +11,9 @@ from __future__ import annotations
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 from ..client import DriverError
 from .expect import CheckFailed, Json, short
@@ -29,14 +30,14 @@ FAMILIES = ("check", "check_jobs", "check_files", "check_narrowing")
 class Ctx:
     """What a check may use: the way in, the program, its contract, how hard to race."""
 
-    transport: Optional[Transport]
-    driver: Optional[Driver]
+    transport: Transport | None
+    driver: Driver | None
     contract: dict[str, Json]
     rounds: int = 3
     keeps_tools: bool = True
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
-    def agent(self, owner: Any = FRESH, id: Optional[str] = None) -> dict[str, Json]:
+    def agent(self, owner: Any = FRESH, id: str | None = None) -> dict[str, Json]:
         """A new agent no earlier run has used; ``owner`` None or a string picks the owner."""
         fresh = uuid.uuid4().hex[:12]
         return {
@@ -78,7 +79,7 @@ class CheckSet:
         self.checks: list[Check] = []
 
     def check(
-        self, fn: Optional[Callable[[Ctx], None]] = None, *, program: bool = False, slow: bool = False,
+        self, fn: Callable[[Ctx], None] | None = None, *, program: bool = False, slow: bool = False,
         serve_only: bool = False,
     ) -> Any:
         """Register ``fn`` as ``<family>.<fn name>``, bare (``@checks.check``) or with options."""

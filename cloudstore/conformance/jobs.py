@@ -58,8 +58,12 @@ def shift(ctx: Ctx, agent: dict[str, Json], id: str, src: str, dst: str) -> dict
 def listed(ctx: Ctx, agent: dict[str, Json], place: str) -> list[Json]:
     """The jobs in ``place``, sorted by id (the reply's order is free)."""
     reply = ctx.ask(agent, "job_list", place=place)
-    expect_that(reply.get("reply") == "jobs" and isinstance(reply.get("jobs"), list) and set(reply) == {"reply", "jobs"},
-                f"job_list {place}", '<{"reply":"jobs","jobs":[...]}>', reply)
+    expect_that(
+        reply.get("reply") == "jobs" and isinstance(reply.get("jobs"), list) and set(reply) == {"reply", "jobs"},
+        f"job_list {place}",
+        '<{"reply":"jobs","jobs":[...]}>',
+        reply,
+    )
     return sorted(reply["jobs"], key=lambda j: str(j.get("id")) if isinstance(j, dict) else "")
 
 
@@ -96,7 +100,8 @@ def mark(ctx: Ctx, agent: dict[str, Json]) -> int:
 
 @checks.check
 def put_get_remove(ctx: Ctx) -> None:
-    """job_put keeps a job (replacing one of its id), job_get answers it or null, job_remove says whether it was there."""
+    """job_put keeps a job (replacing one of its id), job_get answers it or null, job_remove says whether it was
+    there."""
     a = ctx.agent()
     expect(ctx.ask(a, "job_get", place="waiting", id="j1"), got(None), "job_get of a job never put")
     first, second = job("j1", {"n": 1}, FUTURE + 0.5), job("j1", {"n": 2}, FUTURE + 7)
@@ -164,7 +169,22 @@ def values_exact(ctx: Ctx) -> None:
 def ids_within_limits(ctx: Ctx) -> None:
     """Job ids up to 256 UTF-8 bytes of any non-control characters (`/`, `..`, `%`, emoji) are kept apart, exactly."""
     a = ctx.agent()
-    ids = ["a" * 256, "é" * 128, "🎉" * 64, "\u00a0nbsp", "a/b/../c", "%2F", "..", "/", " ", "日本", "x", "X", "e\u0301", "\u00e9"]
+    ids = [
+        "a" * 256,
+        "é" * 128,
+        "🎉" * 64,
+        "\u00a0nbsp",
+        "a/b/../c",
+        "%2F",
+        "..",
+        "/",
+        " ",
+        "日本",
+        "x",
+        "X",
+        "e\u0301",
+        "\u00e9",
+    ]
     for n, i in enumerate(ids):
         put(ctx, a, "ending", job(i, {"n": n}))
     for n, i in enumerate(ids):
@@ -336,7 +356,9 @@ def refuse_malformed(ctx: Ctx) -> None:
     """Invalid JSON, non-objects, unknown ops and bad agents get an error reply and change nothing."""
     a = ctx.agent()
     put(ctx, a, "waiting", job("kept"))
-    expect_refused(ctx, malformed_cases(request(a, "job_put", place="waiting", job=job("new"))), lambda: snapshot(ctx, a))
+    expect_refused(
+        ctx, malformed_cases(request(a, "job_put", place="waiting", job=job("new"))), lambda: snapshot(ctx, a)
+    )
 
 
 @checks.check
@@ -379,7 +401,7 @@ def refuse_bad_id(ctx: Ctx) -> None:
     cases: list[tuple[str, Json]] = []
     for label, bad in BAD_IDS:
         cases += [
-            (f"job_put, id {label}", request(a, "job_put", place="waiting", job=job(bad))),  # type: ignore[arg-type]
+            (f"job_put, id {label}", request(a, "job_put", place="waiting", job=job(bad))),
             (f"job_get, id {label}", request(a, "job_get", place="waiting", id=bad)),
             (f"job_remove, id {label}", request(a, "job_remove", place="waiting", id=bad)),
             (f"job_shift, id {label}", request(a, "job_shift", id=bad, **{"from": "waiting", "to": "firing"})),

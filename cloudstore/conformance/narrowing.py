@@ -32,7 +32,7 @@ def tools(names: list[str]) -> dict[str, Json]:
     return {"reply": "tools", "tools": names}
 
 
-def narrowed(by_thread: dict[str, list[str]]) -> dict[str, Json]:
+def narrowed(by_thread: dict[str, Json]) -> dict[str, Json]:
     return {"reply": "narrowed", "narrowed": by_thread}
 
 
@@ -69,7 +69,9 @@ def only_narrows(ctx: Ctx) -> None:
     """Narrowing is intersection: a tool not allowed before stays out, and a list never widens it back."""
     a = ctx.agent()
     narrow(ctx, a, "t", ["read", "write", "search", "shell"], ["read", "write", "search", "shell"], "narrow to 4")
-    narrow(ctx, a, "t", ["shell", "web", "read", "search"], ["shell", "read", "search"], "narrow with a tool not allowed")
+    narrow(
+        ctx, a, "t", ["shell", "web", "read", "search"], ["shell", "read", "search"], "narrow with a tool not allowed"
+    )
     narrow(ctx, a, "t", ["web", "write"], [], "narrow to tools none of which is allowed")
     narrow(ctx, a, "t", ["read", "shell"], [], "narrow after reaching none (never widens)")
     narrow(ctx, a, "u", ["x"], ["x"], "another thread")
@@ -83,7 +85,9 @@ def list_and_remove(ctx: Ctx) -> None:
     narrow(ctx, a, "no events", ["a", "b"], ["a", "b"], "narrow a thread before its first event")
     expect(ctx.ask(a, "append", thread="removed", event={"seq": 1}), {"reply": "done"}, "append")
     narrow(ctx, a, "removed", ["c"], ["c"], "narrow a thread with events")
-    expect(ctx.ask(a, "append", thread="plain", event={"seq": 1}), {"reply": "done"}, "append to a thread never narrowed")
+    expect(
+        ctx.ask(a, "append", thread="plain", event={"seq": 1}), {"reply": "done"}, "append to a thread never narrowed"
+    )
     expect(ctx.ask(a, "remove", thread="removed"), {"reply": "done"}, "remove the narrowed thread")
     expect(ctx.ask(a, "tools_read", thread="removed"), tools(["c"]), "tools_read after remove")
     expect(ctx.ask(a, "tools_list"), narrowed({"no events": ["a", "b"], "removed": ["c"]}), "tools_list")
@@ -173,15 +177,19 @@ def refuse_bad_args(ctx: Ctx) -> None:
     over = [f"tool-{i:03d}" for i in range(TOOLS_MAX + 1)]
     r = lambda op, **f: request(a, op, **f)  # noqa: E731
     cases = [
-        ("tools a string", r("tools_narrow", thread="t", tools="a")), ("tools null", r("tools_narrow", thread="t", tools=None)),
-        ("no tools", r("tools_narrow", thread="t")), ('an empty name', r("tools_narrow", thread="t", tools=["a", ""])),
+        ("tools a string", r("tools_narrow", thread="t", tools="a")),
+        ("tools null", r("tools_narrow", thread="t", tools=None)),
+        ("no tools", r("tools_narrow", thread="t")),
+        ("an empty name", r("tools_narrow", thread="t", tools=["a", ""])),
         ("a name that is a number", r("tools_narrow", thread="t", tools=["a", 5])),
         ("a name that is null", r("tools_narrow", thread="t", tools=[None])),
         ("a name that is a list", r("tools_narrow", thread="t", tools=[["a"]])),
         ("257 names", r("tools_narrow", thread="t", tools=over)),
         ("257 names on a new thread", r("tools_narrow", thread="new", tools=over)),
-        ("no thread", r("tools_narrow", tools=["a"])), ("thread a number", r("tools_narrow", thread=5, tools=[])),
-        ("tools_read without a thread", r("tools_read")), ("tools_read of thread null", r("tools_read", thread=None)),
+        ("no thread", r("tools_narrow", tools=["a"])),
+        ("thread a number", r("tools_narrow", thread=5, tools=[])),
+        ("tools_read without a thread", r("tools_read")),
+        ("tools_read of thread null", r("tools_read", thread=None)),
     ]
     expect_refused(ctx, cases, lambda: snapshot(ctx, a, ["t", "new", "5"]))
 

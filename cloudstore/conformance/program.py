@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
 
 from ..client import driver_env, program_argv
 from .expect import Json
@@ -68,7 +68,7 @@ def run_command(driver: Driver, args: Sequence[str], stdin: bytes = b"", timeout
     return Ran(done.stdout, done.stderr.decode("utf-8", "replace"), done.returncode)
 
 
-def read_contract(driver: Driver) -> tuple[Optional[dict[str, Json]], str]:
+def read_contract(driver: Driver) -> tuple[dict[str, Json] | None, str]:
     """The program's contract as a dict, or None and why not.
 
     Lenient on purpose: the runner only needs to know which families to run;

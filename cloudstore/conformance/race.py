@@ -10,14 +10,15 @@ sends its request.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Callable, Sequence
 
 from ..client import DriverError
 from ..racing import RaceError, at_once
 from .expect import Json
 from .harness import Ctx
+
 
 def race(ctx: Ctx, requests: Sequence[Json]) -> list[dict[str, Json]]:
     """Send every request at the same moment, each on its own channel; replies in request order.

@@ -10,9 +10,9 @@ written once, here.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from ..client import DriverError, ServeProcess, call_once, dumps
 from .expect import CheckFailed, Json, expect, expect_error, expect_that, is_error, short
@@ -86,7 +86,9 @@ def _judge(sample: Sample, reply_line: str, where: str) -> None:
     try:
         reply = parse_reply([reply_line])
     except DriverError as exc:
-        raise CheckFailed(f"{where}: reply to {sample.label}", "<one JSON object with a string reply>", f"<{exc}>")
+        raise CheckFailed(
+            f"{where}: reply to {sample.label}", "<one JSON object with a string reply>", f"<{exc}>"
+        ) from exc
     expect_that(
         is_error(reply) == sample.error, f"{where}: reply to {sample.label}",
         "<an error reply>" if sample.error else "<a reply that is not an error>", reply,
@@ -98,11 +100,12 @@ def discipline_checks(checks: CheckSet, samples: Callable[[Ctx], list[Sample]]) 
 
     def call_stdout_discipline(ctx: Ctx) -> None:
         """In `call` mode every request, good or bad, is answered by exactly one stdout line and exit 0."""
-        assert ctx.driver is not None
+        driver = ctx.driver
+        assert driver is not None
         chosen = samples(ctx)  # whether each is an error does not hang on order: run a few at once
         with ThreadPoolExecutor(max_workers=4) as pool:
-            ran = list(pool.map(lambda s: call_once(ctx.driver.argv, s.line(), ctx.driver.env, timeout=CALL_SECONDS), chosen))
-        for sample, (lines, err, code) in zip(chosen, ran):
+            ran = list(pool.map(lambda s: call_once(driver.argv, s.line(), driver.env, timeout=CALL_SECONDS), chosen))
+        for sample, (lines, err, code) in zip(chosen, ran, strict=False):
             expect_that(code == 0, f"exit code of `call` for {sample.label}", 0, f"<{code}; stderr {err[-200:]!r}>")
             expect_that(len(lines) == 1, f"stdout of `call` for {sample.label}", "<exactly one reply line>", lines[:4])
             _judge(sample, lines[0], "call")
@@ -116,12 +119,12 @@ def discipline_checks(checks: CheckSet, samples: Callable[[Ctx], list[Sample]]) 
             out, _ = proc.proc.communicate(b"".join(s.line() + b"\n" for s in chosen), timeout=CALL_SECONDS * 2)
         except subprocess.TimeoutExpired:
             proc.kill()
-            raise CheckFailed("serve with its stdin ended", "<exit within 60 s>", "<still running>")
+            raise CheckFailed("serve with its stdin ended", "<exit within 60 s>", "<still running>") from None
         expect_that(proc.proc.returncode == 0, "exit code of serve at the end of stdin", 0, proc.proc.returncode)
         try:
             text = out.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise CheckFailed("serve's stdout", "<UTF-8>", f"<{exc}>")
+            raise CheckFailed("serve's stdout", "<UTF-8>", f"<{exc}>") from exc
         expect_that(text.endswith("\n"), "serve's stdout", "<reply lines, each ended by a newline>", text[-200:])
         lines = text[:-1].split("\n")
         if len(lines) != len(chosen):
@@ -129,7 +132,7 @@ def discipline_checks(checks: CheckSet, samples: Callable[[Ctx], list[Sample]]) 
             raise CheckFailed(f"reply lines from serve for {len(chosen)} request lines", f"<{len(chosen)} lines>",
                               f"<{len(lines)} lines; first: {lines[0][:80]!r}; last: {lines[-1][:80]!r}; "
                               f"not starting like a reply: {[x[:80] for x in strays[:3]]!r}>")
-        for sample, reply_line in zip(chosen, lines):
+        for sample, reply_line in zip(chosen, lines, strict=False):
             _judge(sample, reply_line, "serve")
 
     for fn, serve_only in ((call_stdout_discipline, False), (serve_stdout_discipline, True)):

@@ -10,7 +10,7 @@ is checked.
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..client import DriverError
 from . import commands, conversations, files, jobs, narrowing
@@ -29,11 +29,14 @@ def build_transports(driver: Driver, mode: str, contract: Mapping[str, object], 
     if mode in ("serve", "both") and not contract.get("serve"):
         notes.append("the contract does not say serve: requests go through `call`, one process each")
         return [CallTransport(driver)]
-    return {"serve": [ServeTransport(driver)], "call": [CallTransport(driver)],
-            "both": [ServeTransport(driver), CallTransport(driver)]}[mode]
+    chosen: dict[str, list[Transport]] = {
+        "serve": [ServeTransport(driver)], "call": [CallTransport(driver)],
+        "both": [ServeTransport(driver), CallTransport(driver)],
+    }
+    return chosen[mode]
 
 
-def probe_tools(ctx: Ctx) -> Optional[str]:
+def probe_tools(ctx: Ctx) -> str | None:
     """Why the driver keeps no tools (its error reply to tools_read), or None when it answers."""
     try:
         reply = ctx.ask(ctx.agent(), "tools_read", thread="lnk-store-check probe")
@@ -42,7 +45,7 @@ def probe_tools(ctx: Ctx) -> Optional[str]:
     return f"tools_read answered an error: {reply.get('error')!r}" if is_error(reply) else None
 
 
-def plan(families: Sequence[str], contract: Mapping[str, object], tools_refused: Optional[str],
+def plan(families: Sequence[str], contract: Mapping[str, object], tools_refused: str | None,
          report: Report) -> list[Check]:
     """Every check the contract calls for, in family order."""
     chosen: list[Check] = []
@@ -62,7 +65,9 @@ def plan(families: Sequence[str], contract: Mapping[str, object], tools_refused:
     return chosen
 
 
-def selected(check: Check, contract: Mapping[str, object], quick: bool, substrings: Sequence[str], has_program: bool) -> bool:
+def selected(
+    check: Check, contract: Mapping[str, object], quick: bool, substrings: Sequence[str], has_program: bool
+) -> bool:
     if quick and check.slow:
         return False
     if check.program and not has_program:
@@ -73,18 +78,18 @@ def selected(check: Check, contract: Mapping[str, object], quick: bool, substrin
 
 
 def run(
-    program: Optional[str | Sequence[str]] = None,
-    families: Optional[Sequence[str]] = None,
-    env: Optional[Mapping[str, str]] = None,
+    program: str | Sequence[str] | None = None,
+    families: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
     *,
     mode: str = "serve",
     rounds: int = 3,
     quick: bool = False,
     checks: Sequence[str] = (),
-    transports: Optional[Sequence[Transport]] = None,
-    contract: Optional[Mapping[str, object]] = None,
-    on_result: Optional[Callable[[Result], None]] = None,
-    on_note: Optional[Callable[[str], None]] = None,
+    transports: Sequence[Transport] | None = None,
+    contract: Mapping[str, object] | None = None,
+    on_result: Callable[[Result], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> Report:
     """Run the conformance suite against one driver; the report of every check.
 
@@ -120,7 +125,9 @@ def run(
             say(note)
     ways = list(transports)
     try:
-        tools_refused = probe_tools(Ctx(ways[0], driver, dict(contract), rounds)) if "check_narrowing" in families else None
+        tools_refused = (
+            probe_tools(Ctx(ways[0], driver, dict(contract), rounds)) if "check_narrowing" in families else None
+        )
         chosen = [c for c in plan(families, contract, tools_refused, report)
                   if selected(c, contract, quick, checks, driver is not None)]
         for family, why in report.not_kept.items():

@@ -13,7 +13,7 @@ import json
 import subprocess
 import tempfile
 from abc import ABC, abstractmethod
-from typing import IO, Optional
+from typing import IO
 
 from ..client import DriverError, ServeProcess, call_once, dumps
 from .expect import Json
@@ -61,13 +61,13 @@ class Transport(ABC):
         return parse_reply(self.raw(line))
 
     @abstractmethod
-    def sessions(self, count: int) -> list["Transport"]:
+    def sessions(self, count: int) -> list[Transport]:
         """``count`` channels that may be used at once, one thread each (racers)."""
 
-    def warm(self, agent: dict[str, Json]) -> None:
+    def warm(self, agent: dict[str, Json]) -> None:  # noqa: B027 (a hook: nothing to do by default)
         """Make this channel ready to answer at once (start its process, connect, import)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a hook: nothing to do by default)
         """Let everything this transport started go."""
 
 
@@ -91,7 +91,9 @@ class CallTransport(Transport):
         except subprocess.TimeoutExpired as exc:
             raise DriverError(f"call took past {CALL_SECONDS}s") from exc
         if code != 0:
-            raise DriverError(f"call exited {code}; stdout {[x[:120] for x in lines[:3]]!r}; stderr {err.strip()[-300:]!r}")
+            raise DriverError(
+                f"call exited {code}; stdout {[x[:120] for x in lines[:3]]!r}; stderr {err.strip()[-300:]!r}"
+            )
         return lines
 
     def sessions(self, count: int) -> list[Transport]:
@@ -111,8 +113,8 @@ class ServeTransport(Transport):
 
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
-        self._proc: Optional[ServeProcess] = None
-        self._stderr: Optional[IO[bytes]] = None
+        self._proc: ServeProcess | None = None
+        self._stderr: IO[bytes] | None = None
         self._pool: list[ServeTransport] = []
 
     def _process(self) -> ServeProcess:

@@ -12,7 +12,17 @@ from __future__ import annotations
 from .expect import Json
 
 BIG_INTS: list[int] = [2**70, -(2**70), 2**64 + 1, 2**63, -(2**63) - 1, 2**53 + 1, 10**30 + 7]
-FLOATS: list[float] = [0.1, 1.5, -2.5e-10, 1e300, 5e-324, 1.7976931348623157e308, 3.141592653589793, 1e-07, 123456789.123]
+FLOATS: list[float] = [
+    0.1,
+    1.5,
+    -2.5e-10,
+    1e300,
+    5e-324,
+    1.7976931348623157e308,
+    3.141592653589793,
+    1e-07,
+    123456789.123,
+]
 STRINGS: list[str] = [
     "", "é日本🎉", "nul\u0000inside", "line\nbreak\ttab\rreturn", 'quote" back\\slash', "\u2028\u2029",
     "\u007f\u0085\u009f", "%2F/../", "e\u0301", "\u00e9", "\ufeffbom", "{\"seq\": 99}",

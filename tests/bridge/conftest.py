@@ -11,16 +11,16 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any
 
 import pytest
-
 from bridge_helpers import FAKE_DRIVER
+
 from cloudstore.bridge import AgentSpec, BridgeClient, Limits, StoreBridge
 from cloudstore.bridge.proof import new_key_hex
-
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Rig:
         self.gate.touch()
 
 
-def agent_spec(root: Path, owner: Optional[str], agent_id: str) -> AgentSpec:
+def agent_spec(root: Path, owner: str | None, agent_id: str) -> AgentSpec:
     """An agent with a fresh key and its own folder (with chats/)."""
     folder = root / f"agent-{agent_id}-{'none' if owner is None else 'o' + owner}"
     (folder / "chats").mkdir(parents=True)
@@ -79,11 +79,11 @@ def rig(short_dir: Path) -> Iterator[Callable[..., Rig]]:
     made: list[StoreBridge] = []
 
     def make(
-        agents: Sequence[tuple[Optional[str], str]] = (("o1", "a1"),),
-        contract: Optional[dict] = None,
+        agents: Sequence[tuple[str | None, str]] = (("o1", "a1"),),
+        contract: dict | None = None,
         limits: Limits = Limits(),
-        driver: Optional[Sequence[str] | str] = None,
-        env: Optional[dict[str, str]] = None,
+        driver: Sequence[str] | str | None = None,
+        env: dict[str, str] | None = None,
     ) -> Rig:
         n = len(made)
         root = short_dir / f"r{n}"

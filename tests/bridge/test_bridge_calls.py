@@ -12,8 +12,8 @@ import stat
 import threading
 
 import pytest
-
 from bridge_helpers import FAKE_DRIVER, error_word, process_gone, wait_for
+
 from cloudstore.bridge import Limits, exchange, proof_line
 from cloudstore.bridge.proof import new_key_hex
 
@@ -87,7 +87,11 @@ def test_malformed_lines_are_refused(rig):
         [good_proof, b"not json"],
         [good_proof, b"[1, 2]"],
         # Two "agent" keys: which one a driver would act on is the parser's guess.
-        [good_proof, b'{"op": "last", "agent": {"id": "zz", "owner": "o1"}, "agent": {"id": "a1", "owner": "o1"}, "thread": "t"}'],
+        [
+            good_proof,
+            b'{"op": "last", "agent": {"id": "zz", "owner": "o1"}, '
+            b'"agent": {"id": "a1", "owner": "o1"}, "thread": "t"}',
+        ],
         [good_proof, b'{"op": "last", "agent": {"id": "a1", "owner": "o1"}, "thread": NaN}'],
     ]
     for lines in cases:
@@ -159,7 +163,9 @@ def test_hanging_driver_times_out_while_other_calls_are_answered(rig, contract):
     box: list[dict] = []
     hung = threading.Thread(target=lambda: box.append(last(r.client(0), "hang")))
     hung.start()
-    rec = wait_for(lambda: [x for x in r.records() if x["thread"] == "hang"], what="the hanging call to reach its driver")
+    rec = wait_for(
+        lambda: [x for x in r.records() if x["thread"] == "hang"], what="the hanging call to reach its driver"
+    )
     assert last(r.client(1))["reply"] == "done"  # answered while the other hangs
     hung.join(60)
     (reply,) = box
@@ -270,7 +276,7 @@ def test_stop_ends_every_driver_process(rig):
     pids = {last(r.client(0))["pid"], last(r.client(1))["pid"]}
     r.bridge.stop()
     for pid in pids:
-        wait_for(lambda: process_gone(pid), what=f"driver {pid} to end")
+        wait_for(lambda pid=pid: process_gone(pid), what=f"driver {pid} to end")
     assert r.agents[0].key.hex() not in repr(r.agents[0])  # a key never reaches a log line
 
 

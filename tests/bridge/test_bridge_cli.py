@@ -16,10 +16,9 @@ import subprocess
 import sys
 
 import pytest
-
 from bridge_helpers import FAKE_DRIVER, wait_for
-from cloudstore.bridge import SOCKET_NAME, BridgeClient
-from cloudstore.bridge import cli
+
+from cloudstore.bridge import SOCKET_NAME, BridgeClient, cli
 from cloudstore.bridge.proof import new_key_hex
 
 BRIDGE = [sys.executable, "-m", "cloudstore.bridge.cli"]

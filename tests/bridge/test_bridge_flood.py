@@ -21,12 +21,12 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
-
 from bridge_helpers import FAKE_DRIVER, error_word, wait_for
+
 from cloudstore.bridge import SOCKET_NAME, AgentSpec, BridgeClient, Limits, exchange
 from cloudstore.bridge.limits import MiB
 from cloudstore.bridge.proof import new_key_hex

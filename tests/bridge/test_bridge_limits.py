@@ -8,16 +8,17 @@ import queue
 import socket
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from bridge_helpers import error_word, wait_for
+
 from cloudstore.bridge import Limits, exchange
 
 
-def run_at_once(calls: list[Callable[[], dict]]) -> "queue.Queue[dict]":
+def run_at_once(calls: list[Callable[[], dict]]) -> queue.Queue[dict]:
     """Start every call in its own thread, released together at a barrier."""
     barrier = threading.Barrier(len(calls))
-    results: "queue.Queue[dict]" = queue.Queue()
+    results: queue.Queue[dict] = queue.Queue()
 
     def run(call: Callable[[], dict]) -> None:
         barrier.wait()

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-
-from cloudstore.racing import at_once
 from cloudstore.bridge.transport import BridgeTransport, add_options, transports_for
 from cloudstore.conformance.program import Driver
+from cloudstore.racing import at_once
 
 
 def test_agents_met_on_the_way_are_served_and_kept_apart(short_dir):
@@ -17,7 +16,9 @@ def test_agents_met_on_the_way_are_served_and_kept_apart(short_dir):
     transport = BridgeTransport(Driver("lnk-bucket-store", {"LNK_BUCKET_URL": f"file://{store}"}))
     try:
         one, two = {"id": "x", "owner": None}, {"id": "x", "owner": ""}
-        assert transport.request({"op": "append", "agent": one, "thread": "t", "event": {"seq": 1}}) == {"reply": "done"}
+        assert transport.request({"op": "append", "agent": one, "thread": "t", "event": {"seq": 1}}) == {
+            "reply": "done"
+        }
         assert transport.request({"op": "last", "agent": one, "thread": "t"}) == {"reply": "last", "last": 1}
         assert transport.request({"op": "last", "agent": two, "thread": "t"}) == {"reply": "last", "last": 0}
         for bad in (b"not json", b"[]", b'{"op": "last"}'):

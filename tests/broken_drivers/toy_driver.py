@@ -38,7 +38,8 @@ import re
 import sys
 import time
 import unicodedata
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Json = Any
 BREAK = os.environ.get("TOY_BREAK", "")
@@ -165,7 +166,7 @@ class Store:
         os.makedirs(os.path.join(root, "agents"), exist_ok=True)
         self.fd = os.open(os.path.join(root, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 
@@ -335,9 +336,9 @@ def op_leases(st: Store, agent: list, req: dict) -> Json:
     lapse_ms = want_int(req, "lapse_ms", 0)
     now = time.time()
     rows = [
-        {"thread": t, "holder": l["holder"], "started": round(l["started"], 3), "renewed": round(l["renewed"], 3),
-         "lapsed": lapsed(l, now, lapse_ms)}
-        for t, l in conv_of(st, agent)["leases"].items()
+        {"thread": t, "holder": held["holder"], "started": round(held["started"], 3),
+         "renewed": round(held["renewed"], 3), "lapsed": lapsed(held, now, lapse_ms)}
+        for t, held in conv_of(st, agent)["leases"].items()
     ]
     return {"reply": "leases", "leases": rows}
 
@@ -565,7 +566,11 @@ def main(argv: list[str]) -> int:
         print(USAGE, end="")
     elif command == "contract":
         lie = os.environ.get("TOY_CONTRACT")
-        emit(json.loads(lie) if lie else {"version": 1, "serve": True, **{k: True for k in ("jobs", "files") if k in KEEPS}})
+        emit(
+            json.loads(lie)
+            if lie
+            else {"version": 1, "serve": True, **{k: True for k in ("jobs", "files") if k in KEEPS}}
+        )
     elif command == "call":
         if BREAK == "stdout_log":
             print("toy: answering one call")

@@ -7,8 +7,9 @@ TOY_BREAK names a defect; each test gives it a store folder of its own.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

@@ -7,7 +7,7 @@ refusals each fail when the driver gets exactly that wrong.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 

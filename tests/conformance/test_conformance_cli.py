@@ -31,7 +31,9 @@ def test_a_passing_run(tmp_path: Path) -> None:
 
 
 def test_a_failing_run_says_what_and_exits_1(tmp_path: Path) -> None:
-    done = cli(*toy_args(tmp_path, "--env", "TOY_BREAK=widen_narrowing", "--family", "check_narrowing", "--check", "only"))
+    done = cli(
+        *toy_args(tmp_path, "--env", "TOY_BREAK=widen_narrowing", "--family", "check_narrowing", "--check", "only")
+    )
     lines = done.stdout.splitlines()
     assert done.returncode == 1, done.stdout + done.stderr
     assert lines[-1] == "0 passed, 1 failed"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from cloudstore.conformance import FAMILIES, Report
-from cloudstore.conformance import commands, conversations, files, jobs, narrowing
+from cloudstore.conformance import FAMILIES, Report, commands, conversations, files, jobs, narrowing
 
 
 def registered(*sets) -> set[str]:

@@ -24,8 +24,9 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any
 
 import pytest
 
@@ -38,14 +39,14 @@ PING_TIMEOUT_S = 3
 START_TIMEOUT_S = 120
 
 
-@functools.lru_cache(maxsize=None)
-def docker_problem() -> Optional[str]:
+@functools.cache
+def docker_problem() -> str | None:
     """Why no Docker engine can be used here, or None when one answers a ping."""
     try:
         import docker
     except ImportError as exc:
         return f"the docker package is missing ({exc}): pip install '.[test]'; container tests need a Docker engine"
-    host: Optional[str] = None
+    host: str | None = None
     try:  # where testcontainers itself will look (its properties file, DOCKER_HOST, the docker context)
         from testcontainers.core.docker_client import get_docker_host
 

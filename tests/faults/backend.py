@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 from cloudstore.generations import Backend, Listed, PutMode, Transient
 
@@ -47,8 +48,8 @@ class Call:
     machine: str
     op: str  # "get", "put", "delete", "list", "list_dirs"
     key: str  # the key, or the prefix of a listing
-    mode: Optional[PutMode] = None  # put only
-    version: Optional[str] = None  # delete only
+    mode: PutMode | None = None  # put only
+    version: str | None = None  # delete only
     number: int = 0  # this machine's request count, from 1
 
     @property
@@ -69,7 +70,7 @@ class Held:
 
     call: Call
     apply: Callable[[], Any]
-    outcome: Optional[str] = None  # after landing: "landed" or the error's class name
+    outcome: str | None = None  # after landing: "landed" or the error's class name
 
 
 @dataclass
@@ -105,7 +106,7 @@ class FaultyBackend:
     """One machine's view of a shared backend, with the plan's faults injected."""
 
     def __init__(self, inner: Backend, name: str = "m", plan: Plan = no_faults,
-                 limbo: Optional[Limbo] = None) -> None:
+                 limbo: Limbo | None = None) -> None:
         self.inner = inner
         self.name = name
         self.plan = plan
@@ -142,16 +143,16 @@ class FaultyBackend:
 
     # -- the Backend interface
 
-    def get(self, key: str, *args: Any, **kwargs: Any) -> Optional[tuple[bytes, str]]:
+    def get(self, key: str, *args: Any, **kwargs: Any) -> tuple[bytes, str] | None:
         return self._call("get", key, lambda: self.inner.get(key, *args, **kwargs))
 
     def put(self, key: str, raw: bytes, mode: PutMode) -> str:
         return self._call("put", key, lambda: self.inner.put(key, raw, mode), mode=mode)
 
-    def delete(self, key: str, version: Optional[str]) -> None:
+    def delete(self, key: str, version: str | None) -> None:
         return self._call("delete", key, lambda: self.inner.delete(key, version), version=version)
 
-    def list(self, prefix: str, start_after: Optional[str], limit: Optional[int]) -> Iterator[Listed]:
+    def list(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[Listed]:
         return iter(self._call("list", prefix, lambda: list(self.inner.list(prefix, start_after, limit))))
 
     def list_dirs(self, prefix: str) -> list[str]:
@@ -178,7 +179,7 @@ def scripted(*rules: tuple[Callable[[Call], bool], Fault | Callable[[Call], Faul
     return plan
 
 
-def when(op: str, key_has: str = "", nth: int = 1, mode: Optional[type] = None) -> Callable[[Call], bool]:
+def when(op: str, key_has: str = "", nth: int = 1, mode: type | None = None) -> Callable[[Call], bool]:
     """A matcher: the ``nth`` request of kind ``op`` whose key contains ``key_has`` (and put mode)."""
     seen = [0]
 

@@ -51,8 +51,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
 from urllib.parse import urlsplit
 
 ACTIONS = ("lose_reply", "fail", "reset", "truncate", "delay")
@@ -73,14 +73,14 @@ class Rule:
     """What to do with the ``nth`` .. ``nth + times - 1``-th requests that match."""
 
     action: str
-    method: Optional[str] = None  # e.g. "PUT"; None matches every method
-    path: Optional[str] = None  # a regex searched in the path and query; None matches every one
+    method: str | None = None  # e.g. "PUT"; None matches every method
+    path: str | None = None  # a regex searched in the path and query; None matches every one
     nth: int = 1
     times: int = 1
-    content: Optional[bytes] = None  # a regex searched in the request body (a GCS upload names its object there)
+    content: bytes | None = None  # a regex searched in the request body (a GCS upload names its object there)
     status: int = 503  # fail
-    reply_body: Optional[bytes] = None  # fail: this body instead of the flavor's error body
-    keep: Optional[int] = None  # truncate: body bytes sent (half the body by default)
+    reply_body: bytes | None = None  # fail: this body instead of the flavor's error body
+    keep: int | None = None  # truncate: body bytes sent (half the body by default)
     before: float = 0.0  # delay: seconds held before forwarding
     after: float = 0.0  # delay: seconds held before the reply is sent
     matched: int = 0  # requests matched so far
@@ -99,7 +99,7 @@ class Rule:
         return selects(self.method, self.path, self.content, method, target, body)
 
 
-def selects(method: Optional[str], path: Optional[str], content: Optional[bytes],
+def selects(method: str | None, path: str | None, content: bytes | None,
             seen_method: str, target: str, body: bytes) -> bool:
     """Whether a request (method, path and query, body) is one that the matcher selects."""
     return ((method is None or method == seen_method)
@@ -113,10 +113,10 @@ class Seen:
 
     method: str
     target: str  # path and query, as sent
-    status: Optional[int]  # what the client got; None when it got no reply
-    upstream: Optional[int]  # what the store answered; None when not forwarded
+    status: int | None  # what the client got; None when it got no reply
+    upstream: int | None  # what the store answered; None when not forwarded
     at: float  # time.monotonic() when the request was read
-    action: Optional[str]  # the rule's action that fired, if any
+    action: str | None  # the rule's action that fired, if any
     sent: int = 0  # body bytes sent to the client
     content: bytes = field(default=b"", repr=False)  # the first CONTENT_KEPT bytes of the request body
 
@@ -129,7 +129,7 @@ class _Request:
     headers: list[tuple[str, str]]
     body: bytes
 
-    def header(self, name: str) -> Optional[str]:
+    def header(self, name: str) -> str | None:
         name = name.lower()
         return next((v for k, v in self.headers if k.lower() == name), None)
 
@@ -243,7 +243,7 @@ class FaultProxy:
         self._up_host, self._up_port = parts.hostname, parts.port
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._listener: Optional[socket.socket] = None
+        self._listener: socket.socket | None = None
         self._threads: list[threading.Thread] = []
         self._clients: set[socket.socket] = set()
         self.port = 0
@@ -255,7 +255,7 @@ class FaultProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "FaultProxy":
+    def start(self) -> FaultProxy:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", 0))
@@ -284,7 +284,7 @@ class FaultProxy:
         for thread in list(self._threads):
             thread.join(timeout=self.upstream_timeout + 5)
 
-    def __enter__(self) -> "FaultProxy":
+    def __enter__(self) -> FaultProxy:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -302,19 +302,19 @@ class FaultProxy:
             self.rules.append(rule)
         return rule
 
-    def on(self, action: str, method: Optional[str] = None, path: Optional[str] = None, **kw: object) -> Rule:
+    def on(self, action: str, method: str | None = None, path: str | None = None, **kw: object) -> Rule:
         """Shorthand: ``proxy.on("fail", "GET", r"/o/key", status=429)``."""
         return self.add(Rule(action, method, path, **kw))  # type: ignore[arg-type]
 
-    def requests(self, method: Optional[str] = None, path: Optional[str] = None,
-                 content: Optional[bytes] = None) -> list[Seen]:
+    def requests(self, method: str | None = None, path: str | None = None,
+                 content: bytes | None = None) -> list[Seen]:
         """The recorded requests, in order; optionally only those a matcher (as a rule's) selects."""
         with self._lock:
             seen = list(self.seen)
         return [s for s in seen if selects(method, path, content, s.method, s.target, s.content)]
 
-    def count(self, method: Optional[str] = None, path: Optional[str] = None,
-              content: Optional[bytes] = None) -> int:
+    def count(self, method: str | None = None, path: str | None = None,
+              content: bytes | None = None) -> int:
         return len(self.requests(method, path, content))
 
     def counts(self) -> dict[str, int]:
@@ -330,7 +330,7 @@ class FaultProxy:
             self.seen.clear()
             self.rules.clear()
 
-    def _choose(self, request: _Request) -> Optional[Rule]:
+    def _choose(self, request: _Request) -> Rule | None:
         chosen = None
         with self._lock:
             for rule in self.rules:
@@ -342,8 +342,8 @@ class FaultProxy:
                     chosen = rule
         return chosen
 
-    def _record(self, request: _Request, at: float, status: Optional[int], upstream: Optional[int],
-                rule: Optional[Rule], sent: int = 0) -> None:
+    def _record(self, request: _Request, at: float, status: int | None, upstream: int | None,
+                rule: Rule | None, sent: int = 0) -> None:
         with self._lock:
             self.seen.append(Seen(request.method, request.target, status, upstream, at,
                                   rule.action if rule else None, sent, request.body[:CONTENT_KEPT]))

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
+
+from support import fresh_agent, location_of
 
 from cloudstore.driver import BUCKET, Answerer, encode_reply
 from cloudstore.generations import RetryingStore, RetryPolicy
@@ -26,7 +29,6 @@ from cloudstore.service import Service
 from cloudstore.settings import open_backend
 from cloudstore.space import Space
 from faults.backend import Call, Fault, FaultyBackend, Limbo, Plan, no_faults
-from support import fresh_agent, location_of
 
 Json = Any
 Matcher = Callable[[Call], bool]
@@ -172,7 +174,7 @@ class Once:
 
     def __init__(self, op: Callable[[], Any]) -> None:
         self.op = op
-        self.result: Optional[Any] = None
+        self.result: Any | None = None
         self.ran = False
 
     def __call__(self) -> Any:

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any
 
 INF = float("inf")
 
@@ -47,7 +48,7 @@ class Op:
         return self.request["agent"]["id"]
 
     @property
-    def error(self) -> Optional[str]:
+    def error(self) -> str | None:
         return self.reply.get("error") if self.reply.get("reply") == "error" else None
 
     @property
@@ -119,7 +120,7 @@ class History:
         return any(ev.reached and ev.machine == op.machine and op.start <= ev.step <= op.end for ev in self.events)
 
     def excerpt(self, ops: Iterable[Op], key_words: Iterable[str] = (), limit: int = 60,
-                mark: Optional[Op] = None) -> str:
+                mark: Op | None = None) -> str:
         """The ops given (``mark`` flagged) and, in their span, the backend requests whose key holds every one of
         ``key_words``, in step order."""
         ops = sorted({o.index: o for o in ops}.values(), key=lambda o: (o.start, o.index))
@@ -128,7 +129,8 @@ class History:
         first = min(o.start for o in ops)
         last = max(o.end for o in ops)
         words = [w for w in key_words if w]
-        flag = (lambda o: ">> op " if mark is not None and o.index == mark.index else "   op ")
+        def flag(o):
+            return (">> op " if mark is not None and o.index == mark.index else "   op ")
         lines: list[tuple[int, int, str]] = [(o.start, 0, flag(o) + o.brief()) for o in ops]
         for ev in self.events:
             if first <= ev.step <= last and words and all(w in ev.key for w in words):

@@ -54,9 +54,10 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any
 
 from .history import NOTHING_WORDS, UNKNOWN_WORDS, History, Op
 from .linear import linearizable
@@ -117,15 +118,15 @@ def check_conversations(h: History) -> list[Violation]:
         def judged(v: Violation, after: float, upto: float) -> Violation:
             """``v`` holds unless a remove may have come between ``after`` and ``upto``; blamed on one whose error
             said nothing was changed when only it could have."""
-            silent = [r for r in removes if r.outcome == "nothing" and r.start < upto and r.end > after
+            silent = [r for r in removes if r.outcome  # noqa: B023 (judged is used in this iteration only) == "nothing" and r.start < upto and r.end > after
                       and h.reached(r)]
             if not silent:
                 return v
             return silent_change(silent[0], f"{v.op.machine} #{v.op.index} is explained only if this remove took "
-                                 f"effect ({v.invariant}: {v.message})", [v.op, *v.related], words)
+                                 f"effect ({v.invariant}: {v.message})", [v.op, *v.related], words)  # noqa: B023
 
         def removed_between(after: float, upto: float) -> bool:
-            return any(r.may_fall_between(after, upto) for r in removes)
+            return any(r.may_fall_between(after, upto) for r in removes)  # noqa: B023 (used in this iteration only)
 
         reads = [o for o in on if o.name == "read" and o.ok]
         done = [o for o in on if o.name == "append" and o.ok and o.reply["reply"] == "done"]
@@ -184,7 +185,7 @@ def _read_shape(r: Op, appends: dict[str, Op], key: tuple[str, str], words: Word
 # Files
 
 
-def file_tokens(data: bytes) -> Optional[list[str]]:
+def file_tokens(data: bytes) -> list[str] | None:
     """The tags of the writes and appends whose bytes ``data`` is made of, in order; None when it is not."""
     found = TOKEN.findall(data)
     return [t.decode("ascii") for t in found] if b"".join(b"(" + t + b")" for t in found) == data else None
@@ -357,11 +358,11 @@ def _marks(on: list[Op], agent: str) -> Iterator[Violation]:
 # Tools
 
 
-def _allowed(tools: Optional[list[str]]) -> Optional[frozenset[str]]:
+def _allowed(tools: list[str] | None) -> frozenset[str] | None:
     return None if tools is None else frozenset(tools)
 
 
-def _within(inner: Optional[frozenset[str]], outer: Optional[frozenset[str]]) -> bool:
+def _within(inner: frozenset[str] | None, outer: frozenset[str] | None) -> bool:
     return outer is None or (inner is not None and inner <= outer)
 
 
@@ -386,7 +387,7 @@ def check_tools(h: History) -> list[Violation]:
     return out
 
 
-def _some_intersection(got: Optional[frozenset[str]], acked: list[frozenset[str]],
+def _some_intersection(got: frozenset[str] | None, acked: list[frozenset[str]],
                        unknown: list[frozenset[str]]) -> bool:
     if len(unknown) > 12:
         return True  # too many to try: the model check still judges it

@@ -15,8 +15,9 @@ the states after it took effect (not taking effect is tried anyway).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Iterable, Optional
+from typing import Any
 
 from .history import INF, Op
 
@@ -51,7 +52,7 @@ def linearizable(ops: list[Op], init: Hashable, step: Step, budget: int = 200_00
         bound = min((ends[i] for i in free), default=INF)
         return [i for i in free if starts[i] <= bound]
 
-    def search(mask: int, state: Hashable, order: tuple[int, ...]) -> Optional[bool]:
+    def search(mask: int, state: Hashable, order: tuple[int, ...]) -> bool | None:
         if mask & required == required:
             return True
         if (mask, state) in seen:

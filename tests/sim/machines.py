@@ -19,14 +19,15 @@ import json
 import random
 import sys
 import types
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 import cloudstore.conversations as conversations
 import cloudstore.generations as generations
-import cloudstore.packing as packing
 import cloudstore.jobs as jobs
+import cloudstore.packing as packing
 from cloudstore.driver import BUCKET, Answerer, encode_reply
 from cloudstore.generations import Backend, RetryingStore, RetryPolicy
 from cloudstore.service import Service
@@ -41,7 +42,7 @@ class SerialPool:
     """An executor for ``Space`` that runs everything in the calling thread: one thread per machine."""
 
     def map(self, fn: Callable[..., Any], *iterables: Any) -> Iterator[Any]:
-        return iter([fn(*args) for args in zip(*iterables)])
+        return iter([fn(*args) for args in zip(*iterables, strict=False)])
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
         done: Future = Future()
@@ -103,7 +104,7 @@ def answerer_on(store: RetryingStore, prefix: str) -> Callable[[dict], dict]:
 
 
 class ConditionalDeletes:
-    """fake-gcs-server ignores ``ifGenerationMatch`` on delete (README, known limits); real GCS honours it.
+    """fake-gcs-server ignores ``ifGenerationMatch`` on delete (docs/design.md, known limits); real GCS honours it.
 
     This wrapper does what GCS does: a delete at a version first checks the
     version.  The check and the delete are one step of the scheduler (no other
@@ -113,7 +114,7 @@ class ConditionalDeletes:
     def __init__(self, inner: Backend) -> None:
         self.inner = inner
 
-    def delete(self, key: str, version: Optional[str]) -> None:
+    def delete(self, key: str, version: str | None) -> None:
         if version is not None:
             current = self.inner.get(key)
             if current is None:

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Hashable, Iterable, Optional
+from typing import Any
 
 from .history import Op
 from .workload import JOB_IDS, PLACES, THREADS
@@ -109,7 +110,7 @@ CONVERSATIONS = Model("conversations", frozenset({"read", "last"}), frozenset({"
 # Leases (lapse_ms is 0, always lapsed, or so long that it never is)
 
 
-def lease_step(state: Optional[str], op: Op, key: Key) -> States:
+def lease_step(state: str | None, op: Op, key: Key) -> States:
     if op.name == "remove":
         return [None]
     if op.name == "leases":
@@ -153,7 +154,7 @@ LEASES = Model("leases", frozenset({"leases"}), frozenset({"take", "renew", "end
 # Tools
 
 
-def tools_step(state: Optional[tuple], op: Op, key: Key) -> States:
+def tools_step(state: tuple | None, op: Op, key: Key) -> States:
     if op.name == "tools_read":
         got = op.reply["tools"]
         return [state] if (None if got is None else tuple(got)) == state else []
@@ -174,8 +175,8 @@ TOOLS = Model("tools", frozenset({"tools_read"}), frozenset({"tools_narrow"}), b
 # Files
 
 
-def file_step(state: Optional[tuple], op: Op, key: Key) -> States:
-    version: Optional[int] = None if state is None else state[0]
+def file_step(state: tuple | None, op: Op, key: Key) -> States:
+    version: int | None = None if state is None else state[0]
     present = state is not None
     if op.name == "file_read":
         got = op.reply["file"]
@@ -213,7 +214,7 @@ FILES = Model("files", frozenset({"file_read"}), frozenset({"file_write", "file_
 # Jobs: one ID, its job in each place
 
 
-def _at(state: tuple, place: str, job: Optional[str]) -> tuple:
+def _at(state: tuple, place: str, job: str | None) -> tuple:
     places = list(state)
     places[PLACES.index(place)] = job
     return tuple(places)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
+
+from faults.backend import FaultyBackend, Limbo
 
 from cloudstore.generations import Backend, RetryingStore
-from faults.backend import FaultyBackend, Limbo
 
 from .history import History
 from .invariants import Violation, check
@@ -45,7 +47,7 @@ def final_requests(history: History) -> list[dict]:
     touched = {(op.agent, op.name, op.arg("thread"), op.arg("path")) for op in history.ops}
     out: list[dict] = []
     for agent in AGENTS:
-        ask = lambda op, **args: out.append({"op": op, "agent": dict(agent), **args})  # noqa: E731
+        ask = lambda op, **args: out.append({"op": op, "agent": dict(agent), **args})  # noqa: E731, B023 (used in this iteration only)
         ops = {(name, thread, path) for who, name, thread, path in touched if who == agent["id"]}
         for thread in THREADS:
             if ops & {(name, thread, None) for name in ("append", "remove")}:
@@ -176,7 +178,7 @@ def report(summary: Summary, replay: Callable[[int], str], most: int = 3) -> str
     return "\n".join(lines)
 
 
-def run_many(backend: str, inner: Backend, prefix: str, base: int, min_ops: int, histories: Optional[int] = None,
+def run_many(backend: str, inner: Backend, prefix: str, base: int, min_ops: int, histories: int | None = None,
              knobs: Knobs = Knobs()) -> Summary:
     """Histories of seeds base, base+1, ... until ``min_ops`` ops were run (or exactly ``histories`` of them)."""
     summary = Summary(backend, base)

@@ -25,8 +25,8 @@ import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 from faults.backend import Call, Fault, Limbo
 
@@ -68,8 +68,8 @@ class Slot:
     name: str
     wake: threading.Condition
     state: str = RUNNING
-    grant: Optional[object] = None
-    call: Optional[Call] = None
+    grant: object | None = None
+    call: Call | None = None
     outage: int = 0
     paused_until: int = 0
 
@@ -83,7 +83,7 @@ class Tally:
     dropped: int = 0
     steps: int = 0
 
-    def add(self, other: "Tally") -> None:
+    def add(self, other: Tally) -> None:
         self.faults.update(other.faults)
         self.landed += other.landed
         self.dropped += other.dropped
@@ -126,7 +126,7 @@ class Scheduler:
 
     # -- in the machines' threads
 
-    def _stop(self, slot: Slot, state: str, call: Optional[Call] = None) -> object:
+    def _stop(self, slot: Slot, state: str, call: Call | None = None) -> object:
         with self.lock:
             slot.state, slot.call = state, call
             self.idle_all.notify()

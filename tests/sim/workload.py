@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import base64
 import random
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 AGENTS = ({"id": "a0", "owner": "o"}, {"id": "a1", "owner": None})
 THREADS = ("t0", "t1")
@@ -186,7 +187,7 @@ class Workload:
         agent = request["agent"]["id"]
         if "thread" in request:
             key = (agent, request["thread"])
-            seen: Optional[int] = None
+            seen: int | None = None
             if op == "append":
                 seen = request["event"]["seq"] if kind == "done" else reply.get("last")
             elif op == "read" and kind == "events":
@@ -199,7 +200,7 @@ class Workload:
                 self.last_seq[key] = seen
         if "path" in request:
             key = (agent, request["path"])
-            version: Optional[int] = None
+            version: int | None = None
             if kind in ("wrote", "stale"):
                 version = reply["version"]
             elif op == "file_read" and kind == "file":
