@@ -23,8 +23,10 @@ instead (``_classify``).  boto3 finds the endpoint in ``AWS_ENDPOINT_URL_S3``
 
 from __future__ import annotations
 
+import builtins
 import time
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from .clock import StoreClock, probe_by_reading
 from .generations import AlreadyExists, Create, Listed, NotFound, PreconditionFailed, PutMode, Transient, Update
@@ -87,7 +89,7 @@ def _classify(exc: Exception, creating: bool = False, updating: bool = False) ->
             return PreconditionFailed(code) if updating else NotFound(code)
         if code in _TRANSIENT_CODES or status == 409 or status == 429 or status >= 500:
             return Transient(f"{status} {code}")
-        return exc
+        return exc  # type: ignore[no-any-return]  # botocore is untyped: narrowed to Any
     if isinstance(exc, _transport_errors()):
         return Transient(type(exc).__name__)  # its text may hold the endpoint: logged, not replied
     return exc
@@ -100,23 +102,43 @@ def _unsatisfiable_range(exc: Exception) -> bool:
     if not isinstance(exc, bexc.ClientError):
         return False
     status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return status == 416 or exc.response.get("Error", {}).get("Code") == "InvalidRange"
+    return bool(status == 416 or exc.response.get("Error", {}).get("Code") == "InvalidRange")
+
+
+def config_options(timeout: float = 10.0) -> dict[str, Any]:
+    """The botocore ``Config`` options of every S3 client of this project, boto3's and aiobotocore's.
+
+    One place, so the asyncio flavour (``cloudstore.aio``) sends each request
+    exactly as the drivers do: once (``total_max_attempts: 1``, see the module
+    docstring), with the same timeouts and connection pool.
+    """
+    return {
+        "retries": {"total_max_attempts": 1, "mode": "standard"},
+        "connect_timeout": 5,
+        "read_timeout": timeout,
+        "max_pool_connections": 32,
+    }
+
+
+def make_client(timeout: float = 10.0, client_args: Mapping[str, Any] | None = None) -> Any:
+    """A boto3 S3 client as the drivers make it; ``client_args`` (``endpoint_url``, ``region_name``)
+    override what boto3 would find in the environment."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.session.Session().client("s3", config=Config(**config_options(timeout)), **(client_args or {}))
 
 
 class S3Backend:
-    """Objects in one S3 bucket."""
+    """Objects in one S3 bucket.
 
-    def __init__(self, bucket: str, timeout: float = 10.0) -> None:
-        import boto3
-        from botocore.config import Config
+    ``client`` is boto3's by default; ``cloudstore.aio`` passes a client of the
+    same shape whose calls run on aiobotocore, so that every request is built,
+    sent and its failure mapped by this one class.
+    """
 
-        config = Config(
-            retries={"total_max_attempts": 1, "mode": "standard"},
-            connect_timeout=5,
-            read_timeout=timeout,
-            max_pool_connections=32,
-        )
-        self.client: Any = boto3.session.Session().client("s3", config=config)
+    def __init__(self, bucket: str, timeout: float = 10.0, client: Any = None) -> None:
+        self.client: Any = make_client(timeout) if client is None else client
         self.bucket = bucket
         self.clock = StoreClock(probe=probe_by_reading(self.get))
         # Every reply's Date header tells the store's time (see clock.py).
@@ -124,15 +146,15 @@ class S3Backend:
         self.client.meta.events.register("after-call.s3", self._received)
 
     @staticmethod
-    def _sent(context: dict, **_: Any) -> None:
+    def _sent(context: dict[str, Any], **_: Any) -> None:
         context["cloudstore_sent"] = time.time()
 
-    def _received(self, http_response: Any, context: dict, **_: Any) -> None:
+    def _received(self, http_response: Any, context: dict[str, Any], **_: Any) -> None:
         sent = context.get("cloudstore_sent")
         if sent is not None and http_response is not None:
             self.clock.observe_http_date(sent, time.time(), http_response.headers.get("Date"))
 
-    def get(self, key: str, head: Optional[int] = None) -> Optional[tuple[bytes, str]]:
+    def get(self, key: str, head: int | None = None) -> tuple[bytes, str] | None:
         """(bytes, ETag), or None when absent; with ``head``, only the first ``head`` bytes.
 
         The ETag is the whole object's, also for a range.  The body is read
@@ -166,7 +188,7 @@ class S3Backend:
         except Exception as exc:  # noqa: BLE001
             raise _classify(exc, creating=isinstance(mode, Create), updating=isinstance(mode, Update)) from exc
 
-    def delete(self, key: str, version: Optional[str]) -> None:
+    def delete(self, key: str, version: str | None) -> None:
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
         if version is not None:
             args["IfMatch"] = version
@@ -175,8 +197,8 @@ class S3Backend:
         except Exception as exc:  # noqa: BLE001
             raise _classify(exc, updating=False) from exc
 
-    def _pages(self, **args: Any) -> Iterator[dict]:
-        token: Optional[str] = None
+    def _pages(self, **args: Any) -> Iterator[dict[str, Any]]:
+        token: str | None = None
         while True:
             if token:
                 args["ContinuationToken"] = token
@@ -189,7 +211,7 @@ class S3Backend:
             if not page.get("IsTruncated") or not token:
                 return
 
-    def list(self, prefix: str, start_after: Optional[str], limit: Optional[int]) -> Iterator[Listed]:
+    def list(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[Listed]:
         args: dict[str, Any] = {"Prefix": prefix}
         if start_after is not None:
             args["StartAfter"] = start_after
@@ -203,7 +225,7 @@ class S3Backend:
                 if limit is not None and got >= limit:
                     return  # before the paginator asks for a page nobody will read
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         parts: set[str] = set()
         for page in self._pages(Prefix=prefix, Delimiter="/"):
             parts.update(p["Prefix"][len(prefix):].rstrip("/") for p in page.get("CommonPrefixes", []))

@@ -1,0 +1,103 @@
+"""The exceptions of the Python API (``cloudstore.open``, ``cloudstore.aio.open``).
+
+A driver answers a failed request with ``{"reply": "error", "error": "<why>"}``
+and says, in its words, what the failure means for the caller's data: a
+request refused for breaking a rule changed nothing; a store that kept failing
+either certainly changed nothing (``nothing was changed``) or may have
+(``outcome unknown``).  The API turns each such reply into one exception, of
+a class that carries that meaning, so a program can decide by ``except``
+clause instead of by reading words:
+
+* ``RefusedError``        the request broke a rule of wire.md (bad input); nothing changed.
+* ``FailedError``         the store failed (or the op could not finish); certainly nothing changed.
+* ``OutcomeUnknownError`` the store failed after a write of the op was sent; it may have landed.
+* ``LocationError``       ``open`` got a URL or settings that name no store it can open.
+* ``ClosedError``         the store was closed before the call.
+
+``CloudstoreError`` is the one root: ``except CloudstoreError`` catches every
+failure the API raises.  It is meant as the root of the project's other
+exception classes too (``settings.SettingError``, ``generations.StoreError``,
+``validate.RequestError`` ...), which another change will re-root under it;
+this module imports nothing so that any module can.
+"""
+
+from __future__ import annotations
+
+#: The words a driver's error reply carries when a write of the op may have landed (service.py ``_outcome``).
+OUTCOME_UNKNOWN_WORDS = "outcome unknown"
+#: The words it carries when the store failed and certainly nothing was changed.
+UNCHANGED_WORDS = "nothing was changed"
+
+
+class CloudstoreError(Exception):
+    """Root of every error the Python API raises.
+
+    ``message`` is the driver's own error text, byte for byte what the wire
+    reply would carry (``None`` for errors that are not a reply, such as
+    ``LocationError``); ``op`` the request's op when there was one.
+    ``changed`` says what the failure means for the store: ``False`` when
+    certainly nothing was changed, ``None`` when nobody can tell.
+    """
+
+    changed: bool | None = False
+
+    def __init__(self, message: str, op: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.op = op
+
+    @property
+    def outcome_unknown(self) -> bool:
+        """Whether the op may have changed the store (the reply said ``outcome unknown``)."""
+        return self.changed is None
+
+
+class RefusedError(CloudstoreError, ValueError):
+    """The request breaks a rule of the contract (a bad name, path, number, size...); nothing changed.
+
+    Also a ``ValueError``: it is the caller's input that is wrong, and asking
+    again with the same input gets the same answer.
+    """
+
+
+class FailedError(CloudstoreError):
+    """The store kept failing, or the op could not finish; certainly nothing was changed.
+
+    Safe to ask again.
+    """
+
+
+class OutcomeUnknownError(CloudstoreError):
+    """The store failed after a write of the op was sent: the change may or may not have been made.
+
+    Never retry blindly when that matters: read first (``last``, ``file_read``,
+    ``job_get``...) to learn what the store holds.
+    """
+
+    changed: bool | None = None
+
+
+class LocationError(CloudstoreError, ValueError):
+    """``open`` was given a URL or settings that name no store it can open (the message says why)."""
+
+
+class ClosedError(CloudstoreError):
+    """The store was closed before this call was made; nothing was sent."""
+
+
+def from_reply(op: str | None, message: str) -> CloudstoreError:
+    """The exception for a driver's error reply, judged by the words the driver puts in it.
+
+    service.py's ``Service.answer`` ends the message of every failure that is
+    not a refusal with what it means for the store: ``outcome unknown`` (a
+    write may have landed) or ``nothing was changed``.  A message with
+    neither is a refused request (validate.py's ``RequestError``): nothing ran.
+    """
+    if OUTCOME_UNKNOWN_WORDS in message:
+        return OutcomeUnknownError(message, op)
+    if message.endswith(UNCHANGED_WORDS) and not message.startswith("the number "):
+        # validate.py's one refusal ending with these words is "the number ... is too large
+        # for a double; nothing was changed" (a request the API cannot send: floats go through
+        # json.dumps, which writes no number past a double).
+        return FailedError(message, op)
+    return RefusedError(message, op)
