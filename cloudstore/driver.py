@@ -17,7 +17,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, TextIO
 
 from . import __version__
 
@@ -52,6 +52,10 @@ settings (environment):
   GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_CLOUD_PROJECT
                           credentials and project, found as the Google client finds them
   LNK_STORE_LOG           log level on stderr (default WARNING)
+  LNK_WAKE_DIR            folder of this machine's scheduler runners' sockets, nudged
+                          when a job enters waiting (default /tmp/lnk-wake)
+  LNK_SCHEDULER_OPS       1: also answer job_due, which names every agent's due jobs;
+                          for the scheduler's own driver only, never one an agent reaches
 """,
 )
 
@@ -74,10 +78,17 @@ settings (environment):
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE, AWS_DEFAULT_REGION
                           credentials and region, found as boto3 finds them
   LNK_STORE_LOG           log level on stderr (default WARNING)
+  LNK_WAKE_DIR            folder of this machine's scheduler runners' sockets, nudged
+                          when a job enters waiting (default /tmp/lnk-wake)
+  LNK_SCHEDULER_OPS       1: also answer job_due, which names every agent's due jobs;
+                          for the scheduler's own driver only, never one an agent reaches
 """,
 )
 
 log = logging.getLogger("cloudstore")
+
+#: "1" lets this process answer ``job_due`` (service.py): the scheduler's runner sets it for its own driver.
+SCHEDULER_OPS_SETTING = "LNK_SCHEDULER_OPS"
 
 
 def error(why: str) -> dict:
@@ -106,8 +117,8 @@ class Answerer:
 
     def _service(self) -> Any:
         if self.service is None:
-            from .settings import SettingError, open_store, parse_location
             from .service import Service
+            from .settings import SettingError, open_store, parse_location
             from .space import Space
 
             location = parse_location(self.info.setting, os.environ.get(self.info.setting), self.info.schemes)
@@ -118,7 +129,8 @@ class Answerer:
                 log.error("cannot open the store: %s", exc)
                 why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
                 raise SettingError(f"{self.info.setting} names a store that cannot be opened: {why}") from exc
-            self.service = Service(Space(store, location.prefix))
+            self.service = Service(Space(store, location.prefix),
+                                   scheduler_ops=os.environ.get(SCHEDULER_OPS_SETTING) == "1")
             self.service.conversations.deferred = []  # packing waits until the reply is out
         return self.service
 
@@ -141,9 +153,13 @@ class Answerer:
         before, start = service.space.store.requests, time.perf_counter()
         reply = service.answer(request)
         op = request.get("op")
-        log.debug("op=%s reply=%s requests=%d ms=%.2f", op if isinstance(op, str) and len(op) <= SHOWN_MAX else shown(op),
-                  reply.get("reply"),
-                  service.space.store.requests - before, (time.perf_counter() - start) * 1000)
+        log.debug(
+            "op=%s reply=%s requests=%d ms=%.2f",
+            op if isinstance(op, str) and len(op) <= SHOWN_MAX else shown(op),
+            reply.get("reply"),
+            service.space.store.requests - before,
+            (time.perf_counter() - start) * 1000,
+        )
         return reply
 
 
@@ -166,7 +182,7 @@ def _usage(info: DriverInfo, why: str) -> int:
     return 2
 
 
-def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: Optional[TextIO] = None) -> int:
+def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: TextIO | None = None) -> int:
     """The whole command line of a driver; its exit code."""
     if len(argv) != 1:
         return _usage(info, "expected exactly one command" if argv else "no command given")
@@ -188,7 +204,10 @@ def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: Optional[T
     sys.stdout = sys.stderr  # nothing but replies reaches the real stdout
     source = stdin or sys.stdin.buffer
     answerer = Answerer(info)
-    write: Callable[[dict], None] = lambda reply: (out.write(encode_reply(reply) + "\n"), out.flush())  # noqa: E731
+    def write(reply: dict[str, Any]) -> None:
+        out.write(encode_reply(reply) + "\n")
+        out.flush()
+
     try:
         if command == "call":
             write(answerer.answer(source.read()))

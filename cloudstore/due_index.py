@@ -28,15 +28,37 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any, Callable, Optional
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from .generations import NotFound, Overwrite, new_nonce
-from .keys import AgentKeys, due_root, name_part
+from .keys import AgentKeys, decode_part, due_root, is_hashed, name_part
 from .space import Space
 
 GRACE = 60.0
 LOOK = 16  # entries listed per round
 ROUNDS = 8  # rounds of stale entries deleted before answering
+CONFIRMED_FOR = 30.0  # an old due entry found live is not read again for this long (monotonic seconds)
+CONFIRMED_MAX = 4096  # entries remembered as confirmed, at most
+
+
+@dataclass(frozen=True)
+class DueEntry:
+    """One waiting job as the index names it (``job_due``): no spec, no record read.
+
+    ``agent`` is the agent's owner/id as keys spell it (``AgentKeys.due_token``);
+    ``job`` the job's id, or None when the key holds only its hash.
+    """
+
+    key: str  # below the index root: unique to one write of one job
+    due: float | int
+    agent: str
+    job: str | None
+
+    def wire(self) -> dict[str, Any]:
+        return {"key": self.key, "due": self.due, "agent": self.agent, "job": self.job}
 
 
 def sortable(due: Any) -> str:
@@ -64,6 +86,7 @@ class DueIndex:
     def __init__(self, space: Space) -> None:
         self.space = space
         self.root = due_root(space.root)
+        self._confirmed: dict[str, float] = {}
 
     def add(self, keys: AgentKeys, job_id: str, due: Any) -> str:
         """Write a fresh entry for a job about to be put in waiting; its key."""
@@ -71,7 +94,7 @@ class DueIndex:
         self.space.store.put(key, b"", Overwrite())
         return key
 
-    def drop(self, entry: Optional[str]) -> None:
+    def drop(self, entry: str | None) -> None:
         """Delete one entry (its own key only); gone already is fine."""
         if entry:
             try:
@@ -79,11 +102,49 @@ class DueIndex:
             except NotFound:
                 pass
 
+    def entries(self, waiting_of: Callable[[Any], dict[str, Any] | None], limit: int,
+                after: str | None = None) -> tuple[list[DueEntry], bool]:
+        """The first ``limit`` entries after ``after`` (a key below the root), soonest first; and
+        whether the listing was full (more may follow).
+
+        One listing, and a record read only for an entry that is both due and
+        older than ``GRACE`` (a crash's leftover looks like that): it is kept
+        when its record still names it, deleted otherwise.  A live one is not
+        read again for ``CONFIRMED_FOR`` seconds, so a job nobody fires (its
+        agent's runners are down) does not cost every poll a read.  Any other
+        entry is answered as listed: at worst an early wake-up, never a late one.
+        """
+        listed = self.space.store.list(self.root, start_after=self.root + after if after else None, limit=limit)
+        found: list[DueEntry] = []
+        now_store = self.space.store.clock.now()
+        for item in listed:
+            entry = _parse(item.key[len(self.root):])
+            if entry is None:
+                continue
+            if entry.due <= now_store and now_store - item.modified >= GRACE and not self._still_confirmed(item.key):
+                _, record = self.space.get_json(self._record_key(item.key))
+                waiting = waiting_of(record)
+                if waiting is None or waiting.get("entry") != item.key:
+                    self.drop(item.key)
+                    continue
+                self._confirm(item.key)
+            found.append(entry)
+        return found, len(listed) >= limit
+
+    def _still_confirmed(self, key: str) -> bool:
+        at = self._confirmed.get(key)
+        return at is not None and time.monotonic() - at < CONFIRMED_FOR
+
+    def _confirm(self, key: str) -> None:
+        if len(self._confirmed) >= CONFIRMED_MAX:
+            self._confirmed.clear()
+        self._confirmed[key] = time.monotonic()
+
     def _record_key(self, entry: str) -> str:
         owner, agent_id, job = entry[len(self.root):].split("/")[1:4]
         return f"{self.space.root}a/{owner}/{agent_id}/j/{job}"
 
-    def next(self, waiting_of: Callable[[Any], Optional[dict]]) -> Optional[Any]:
+    def next(self, waiting_of: Callable[[Any], dict[str, Any] | None]) -> Any | None:
         """The soonest due of any agent's waiting job, or None.
 
         ``waiting_of`` takes a job record (parsed JSON or None) and returns
@@ -112,3 +173,17 @@ class DueIndex:
         # early wake-up; the next call goes on deleting.
         first = self.space.store.list(self.root, limit=1)
         return unsortable(first[0].key[len(self.root):].split("/", 1)[0]) if first else None
+
+
+def _parse(rest: str) -> DueEntry | None:
+    """A key below the index root as an entry; None for a key this layout did not write."""
+    parts = rest.split("/")
+    if len(parts) != 5:
+        return None
+    sortable_due, owner, agent_id, job, _nonce = parts
+    try:
+        due = unsortable(sortable_due)
+        name = None if is_hashed(job) else decode_part(job)
+    except (ValueError, AssertionError, UnicodeDecodeError):
+        return None
+    return DueEntry(key=rest, due=due, agent=f"{owner}/{agent_id}", job=name)

@@ -31,13 +31,15 @@ writes it replaced, newest first.  That does what no backend can do alone:
 
 from __future__ import annotations
 
+import builtins
 import logging
 import os
 import random
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional, Protocol, TypeVar, Union
+from typing import Protocol, TypeVar
 
 from .clock import StoreClock
 
@@ -118,7 +120,7 @@ class Object:
     """
 
     data: bytes
-    version: Optional[str]
+    version: str | None
     nonce: str
     history: tuple[str, ...] = (UNKNOWN,)
 
@@ -133,8 +135,8 @@ class Listed:
 
     key: str
     modified: float
-    version: Optional[str] = None
-    size: Optional[int] = None  # of the stored bytes, frame included
+    version: str | None = None
+    size: int | None = None  # of the stored bytes, frame included
 
 
 # --------------------------------------------------------------------------
@@ -163,7 +165,7 @@ class Update:
     lineage: tuple[str, ...] = (UNKNOWN,)
 
     @classmethod
-    def of(cls, obj: Object) -> "Update":
+    def of(cls, obj: Object) -> Update:
         if obj.version is None:
             raise ValueError("an object whose version is unknown cannot be updated conditionally")
         return cls(obj.version, (tag(obj.nonce),) + obj.history)
@@ -178,7 +180,7 @@ class Overwrite:
         return (UNKNOWN,)
 
 
-PutMode = Union[Create, Update, Overwrite]
+PutMode = Create | Update | Overwrite
 
 
 # --------------------------------------------------------------------------
@@ -225,7 +227,7 @@ def frame_nonce(raw: bytes) -> str:
     return unframe(raw)[0]
 
 
-def own_write_fate(nonce: str, mode: PutMode, current: Optional[bytes]) -> Optional[bool]:
+def own_write_fate(nonce: str, mode: PutMode, current: bytes | None) -> bool | None:
     """After a write that may have landed failed its precondition on retry: was it ours?
 
     True when the object, or a write after it, carries our nonce in its
@@ -265,7 +267,7 @@ class Backend(Protocol):
     ``version`` is an opaque token: GCS generation, S3 ETag, local nonce.
     """
 
-    def get(self, key: str, head: Optional[int] = None) -> Optional[tuple[bytes, str]]:
+    def get(self, key: str, head: int | None = None) -> tuple[bytes, str] | None:
         """(raw bytes, version) or None when absent; only the first ``head`` bytes when given."""
         ...
 
@@ -273,15 +275,15 @@ class Backend(Protocol):
         """Write under ``mode``; the new version."""
         ...
 
-    def delete(self, key: str, version: Optional[str]) -> None:
+    def delete(self, key: str, version: str | None) -> None:
         """Remove (only at ``version`` when given); NotFound when absent."""
         ...
 
-    def list(self, prefix: str, start_after: Optional[str], limit: Optional[int]) -> Iterator[Listed]:
+    def list(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[Listed]:
         """Keys under ``prefix`` after ``start_after``, in byte order."""
         ...
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         """The distinct next path parts under ``prefix`` (delimiter ``/``)."""
         ...
 
@@ -317,7 +319,7 @@ class RetryingStore:
     tell whether it may have changed something: any write since it began.
     """
 
-    def __init__(self, backend: Backend, policy: RetryPolicy = RetryPolicy(), die_at: Optional[int] = None) -> None:
+    def __init__(self, backend: Backend, policy: RetryPolicy = RetryPolicy(), die_at: int | None = None) -> None:
         self.backend = backend
         self.policy = policy
         #: The store's time as this process knows it (backends without one: the local clock).
@@ -369,10 +371,10 @@ class RetryingStore:
 
     # -- reads
 
-    def get(self, key: str, head: Optional[int] = None) -> Optional[Object]:
+    def get(self, key: str, head: int | None = None) -> Object | None:
         """The object at ``key``, or None; only the first ``head`` bytes of its payload when given."""
         raw_head = None if head is None else head + FRAME_MAX
-        def fetch() -> Optional[tuple[bytes, str]]:
+        def fetch() -> tuple[bytes, str] | None:
             return self.backend.get(key) if raw_head is None else self.backend.get(key, raw_head)
 
         got = self._retry(lambda: self._request(fetch), False, "get")
@@ -382,13 +384,13 @@ class RetryingStore:
         nonce, history, payload = unframe(raw)
         return Object(payload, version, nonce, history)
 
-    def list(self, prefix: str, start_after: Optional[str] = None, limit: Optional[int] = None) -> list[Listed]:
+    def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> list[Listed]:
         """Keys under ``prefix`` after ``start_after`` in byte order, at most ``limit``."""
         return self._retry(
             lambda: self._request(lambda: list(self.backend.list(prefix, start_after, limit))), False, "list"
         )
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Distinct next path parts below ``prefix``, sorted."""
         return self._retry(lambda: self._request(lambda: self.backend.list_dirs(prefix)), False, "list")
 
@@ -406,19 +408,21 @@ class RetryingStore:
         raw = frame(nonce, payload, history)
         maybe_landed = [False]
 
-        def attempt() -> Optional[str]:
+        def attempt() -> str | None:
             try:
                 return self._request(lambda: self.backend.put(key, raw, mode), is_write=True)
             except Transient:
                 maybe_landed[0] = True
                 raise
-            except (AlreadyExists, PreconditionFailed):
+            except (AlreadyExists, PreconditionFailed) as refused:
                 if not maybe_landed[0]:
                     raise
                 current = self._request(lambda: self.backend.get(key))
                 fate = own_write_fate(nonce, mode, None if current is None else current[0])
                 if fate is None:
-                    raise StoreUnavailable("a write whose reply was lost met another write: outcome unknown", True)
+                    raise StoreUnavailable(
+                        "a write whose reply was lost met another write: outcome unknown", True
+                    ) from refused
                 if not fate:
                     raise
                 assert current is not None
@@ -427,7 +431,28 @@ class RetryingStore:
         version = self._retry(attempt, True, "put")
         return Object(payload, version, nonce, history)
 
-    def delete(self, key: str, version: Optional[str] = None) -> bool:
+    def put_fresh(self, key: str, make: Callable[[], bytes]) -> Object:
+        """Overwrite ``key`` with a payload ``make()`` makes anew for EVERY attempt.
+
+        For a value whose only promise is that it changes and never comes back
+        (``job_mark``): one request, no read, no lost compare-and-set round
+        however many writers.  A plain retried write could come back: its
+        first attempt, held in the network, landing after a newer value, with
+        the very bytes a watcher already saw.  With fresh bytes an attempt
+        that lands late shows a value nobody has seen: a change, as promised.
+        """
+        made: list[tuple[bytes, str]] = []
+
+        def attempt() -> str | None:
+            payload, nonce = make(), new_nonce()
+            made.append((payload, nonce))
+            return self._request(lambda: self.backend.put(key, frame(nonce, payload), Overwrite()), is_write=True)
+
+        version = self._retry(attempt, True, "put")
+        payload, nonce = made[-1]
+        return Object(payload, version, nonce, Overwrite().lineage)
+
+    def delete(self, key: str, version: str | None = None) -> bool:
         """Remove ``key`` (only at ``version`` when given); whether it was there.
 
         A retry that finds the object gone after a failed first try counts as

@@ -24,13 +24,14 @@ sometimes when it did not, which the contract allows).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from typing import Any, Callable, Optional, TypeVar
-
-from .due_index import DueIndex
+from . import wake
+from .due_index import DueEntry, DueIndex
 from .generations import Listed, NotFound, Object, PreconditionFailed, StoreError, entropy
 from .space import KEEP, Space
-from .validate import Agent
+from .validate import Agent, compact
 
 WAITING = "waiting"
 T = TypeVar("T")
@@ -39,18 +40,18 @@ T = TypeVar("T")
 TOMBSTONE_MS = 3600 * 1000
 
 
-def _places(record: Optional[dict]) -> dict:
+def _places(record: dict[str, Any] | None) -> dict[str, Any]:
     return {} if record is None else dict(record.get("places", {}))
 
 
-def _emptied(record: Optional[dict]) -> Optional[int]:
+def _emptied(record: dict[str, Any] | None) -> int | None:
     """When a tombstone record (no place) was left empty, in store milliseconds; None for a live record."""
     if record is None or _places(record):
         return None
     return int(record.get("emptied", 0))
 
 
-def waiting_of(record: Optional[dict]) -> Optional[dict]:
+def waiting_of(record: dict[str, Any] | None) -> dict[str, Any] | None:
     """The waiting entry of a job record, for the due index."""
     return _places(record).get(WAITING)
 
@@ -61,44 +62,55 @@ class Jobs:
     def __init__(self, space: Space) -> None:
         self.space = space
         self.index = DueIndex(space)
+        # Called after a job enters waiting: this machine's sleeping runners look at once (wake.py).
+        # Not when one leaves it: nothing becomes due by that, and claims would wake every runner.
+        self.nudge: Callable[[], Any] = wake.notify
 
     def _bump_mark(self, agent: Agent) -> None:
-        """A new random mark, written on the condition that the mark is still the one read.
+        """A new random mark: one blind write, with a new value for every attempt (``put_fresh``).
 
-        Conditional so a write that lands late (after its retry, after a newer
-        mark) fails instead of bringing back a value a watcher already saw.
+        Not a compare-and-set: every runner claiming this agent's jobs bumps
+        it, and a conditional write would make it a hot object whose lost
+        rounds cost reads and retries.  Nothing needs the old value; what is
+        promised is that the mark changes and never comes back, and fresh
+        random bytes each attempt keep that even for an attempt landing late.
         """
-        mark = int.from_bytes(entropy(7), "big") % (2**53 - 1) + 1
-        self.space.update(self.space.keys(agent).mark(), lambda _: ({"mark": mark}, None), cached=True)
+        def fresh() -> bytes:
+            mark = int.from_bytes(entropy(7), "big") % (2**53 - 1) + 1
+            return compact({"mark": mark}).encode("ascii")
 
-    def _sweep(self, listed: list[Listed], emptied: list[Optional[int]]) -> None:
+        self.space.store.put_fresh(self.space.keys(agent).mark(), fresh)
+
+    def _sweep(self, listed: list[Listed], emptied: list[int | None]) -> None:
         """Delete the records a listing found empty for over TOMBSTONE_MS, each only at the version listed."""
         now = self.space.store.clock.now_ms()
-        for item, when in zip(listed, emptied):
+        for item, when in zip(listed, emptied, strict=False):
             if when is not None and now - when > TOMBSTONE_MS:
                 try:
                     self.space.store.delete(item.key, item.version)
                 except (PreconditionFailed, NotFound, StoreError):
                     pass  # changed meanwhile, gone, or the store is failing: the next listing tries again
 
-    def put(self, agent: Agent, place: str, job: dict) -> None:
+    def put(self, agent: Agent, place: str, job: dict[str, Any]) -> None:
         keys = self.space.keys(agent)
         entry = None
         if place == WAITING:  # the entry, then the mark, then the record: see the module docstring
             entry = self.index.add(keys, job["id"], job["due"])
             self._bump_mark(agent)
 
-        def change(record: Optional[dict]) -> tuple[Any, Optional[dict]]:
+        def change(record: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
             places = _places(record)
             old = places.get(place)
             places[place] = {"job": job, "entry": entry} if entry else {"job": job}
             return {"places": places}, old
 
         old = self.space.update(keys.job(job["id"]), change)
-        if place == WAITING and old is not None:
-            self.index.drop(old.get("entry"))
+        if place == WAITING:
+            if old is not None:
+                self.index.drop(old.get("entry"))
+            self.nudge()
 
-    def get(self, agent: Agent, place: str, job_id: str) -> Optional[dict]:
+    def get(self, agent: Agent, place: str, job_id: str) -> dict[str, Any] | None:
         _, record = self.space.get_json(self.space.keys(agent).job(job_id))
         entry = _places(record).get(place)
         return None if entry is None else entry["job"]
@@ -110,7 +122,7 @@ class Jobs:
 
         now = self.space.store.clock.now_ms()
 
-        def change(record: Optional[dict]) -> tuple[Any, Optional[dict]]:
+        def change(record: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
             places = _places(record)
             if place not in places:
                 return KEEP, None
@@ -119,7 +131,7 @@ class Jobs:
             # late (sent before, held in the network) would bring back a job removed since.
             return ({"places": places} if places else {"places": {}, "emptied": now}), old
 
-        old = self.space.update(key, change)
+        old = self.space.update(key, change, cached=True)
         if old is None:
             return False
         if place == WAITING:
@@ -127,21 +139,35 @@ class Jobs:
         return True
 
     def shift(self, agent: Agent, job_id: str, source: str, target: str) -> bool:
+        return self.move(agent, job_id, source, target) is not None
+
+    def move(self, agent: Agent, job_id: str, source: str, target: str) -> dict[str, Any] | None:
+        """``job_shift``, answering the job it moved (None: none was in ``source``).
+
+        The job is what the winning conditional write moved, so a claimer
+        (``job_claim``) fires exactly what it shifted without reading it back.
+        """
         keys = self.space.keys(agent)
         key = keys.job(job_id)
         if source == target:
-            return self.get(agent, source, job_id) is not None
-        entry: Optional[str] = None
-        current: Optional[dict] = None
+            return self.get(agent, source, job_id)
+        entry: str | None = None
+        current: dict[str, Any] | None = None
         if target == WAITING:  # the index entry comes first, so its due must be read first
             current = self.get(agent, source, job_id)
             if current is None:
-                return False
+                return None
             entry = self.index.add(keys, job_id, current["due"])
+        elif source == WAITING:
+            # Read first: a shift finding nothing in waiting (a claim a moment too late) answers
+            # at once, without moving the mark; the update below starts from this read.
+            _, record = self.space.get_json(key, remember=True)
+            if source not in _places(record):
+                return None
         if WAITING in (source, target):
             self._bump_mark(agent)
 
-        def change(record: Optional[dict]) -> tuple[Any, Optional[tuple[dict, Optional[dict]]]]:
+        def change(record: dict[str, Any] | None) -> tuple[Any, tuple[dict[str, Any], dict[str, Any] | None] | None]:
             places = _places(record)
             if source not in places:
                 return KEEP, None
@@ -152,23 +178,26 @@ class Jobs:
             places[target] = {"job": moved["job"], "entry": entry} if entry else {"job": moved["job"]}
             return {"places": places}, (moved, replaced)
 
-        outcome = self.space.update(key, change)
+        outcome = self.space.update(key, change, cached=True)
         if outcome is None:
             self.index.drop(entry)
             if entry is not None and self.get(agent, source, job_id) is not None:
-                return self.shift(agent, job_id, source, target)
-            return False
+                return self.move(agent, job_id, source, target)
+            return None
         moved, replaced = outcome
         if source == WAITING:
             self.index.drop(moved.get("entry"))
         if target == WAITING and replaced is not None:
             self.index.drop(replaced.get("entry"))
-        return True
+        if target == WAITING:
+            self.nudge()
+        job: dict[str, Any] = moved["job"]
+        return job
 
-    def _kept(self, agent: Agent, kind: str, keep: Callable[[dict], T], absent: T) -> list[T]:
+    def _kept(self, agent: Agent, kind: str, keep: Callable[[dict[str, Any]], T], absent: T) -> list[T]:
         """What ``keep`` takes of each of the agent's job records (read, or remembered by version);
         records left empty for over TOMBSTONE_MS are swept on the way."""
-        def parse(obj: Object) -> tuple[T, Optional[int]]:
+        def parse(obj: Object) -> tuple[T, int | None]:
             record = json.loads(obj.data)
             return keep(record), _emptied(record)
 
@@ -177,9 +206,9 @@ class Jobs:
         self._sweep(listed, [emptied for _, emptied in values])
         return [kept for kept, _ in values]
 
-    def listing(self, agent: Agent, place: str) -> list[dict]:
+    def listing(self, agent: Agent, place: str) -> list[dict[str, Any]]:
         """The jobs in ``place``: only that place's job of each record is kept."""
-        def job_in_place(record: dict) -> Optional[dict]:
+        def job_in_place(record: dict[str, Any]) -> dict[str, Any] | None:
             entry = _places(record).get(place)
             return None if entry is None else entry["job"]
 
@@ -187,11 +216,16 @@ class Jobs:
 
     def count(self, agent: Agent, place: str) -> int:
         """How many jobs ``place`` holds: only the places of each record are kept, never the jobs."""
-        held = self._kept(agent, "places:", lambda record: frozenset(_places(record)), frozenset())
+        empty: frozenset[str] = frozenset()
+        held = self._kept(agent, "places:", lambda record: frozenset(_places(record)), empty)
         return sum(1 for places in held if place in places)
 
-    def next(self) -> Optional[Any]:
+    def next(self) -> Any | None:
         return self.index.next(waiting_of)
+
+    def due(self, limit: int, after: str | None = None) -> tuple[list[DueEntry], bool]:
+        """Every agent's waiting jobs as the due index names them, soonest first (``job_due``)."""
+        return self.index.entries(waiting_of, limit, after)
 
     def mark(self, agent: Agent) -> int:
         _, value = self.space.get_json(self.space.keys(agent).mark(), remember=True)

@@ -21,14 +21,14 @@ alike when their clocks agree with the store's.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from .heads import Heads, has_lease, without_lease
 from .space import KEEP, Space
 from .validate import Agent
 
 
-def lapsed(lease: dict, lapse_ms: int, now: int) -> bool:
+def lapsed(lease: dict[str, Any], lapse_ms: int, now: int) -> bool:
     """The one judgment of lapse: not renewed for ``lapse_ms`` or more (store time, ms)."""
     return now - int(lease["renewed"]) >= lapse_ms
 
@@ -45,7 +45,7 @@ class Leases:
         keys = self.space.keys(agent)
         lost_once = [False]
 
-        def change(head: dict) -> tuple[Any, str]:
+        def change(head: dict[str, Any]) -> tuple[Any, str]:
             now = self.clock.now_ms()
             if has_lease(head):
                 if head["holder"] == holder:
@@ -60,7 +60,7 @@ class Leases:
         return self.heads.update(keys, thread, change)
 
     def renew(self, agent: Agent, thread: str, holder: str) -> bool:
-        def change(head: dict) -> tuple[Any, bool]:
+        def change(head: dict[str, Any]) -> tuple[Any, bool]:
             if not has_lease(head) or head["holder"] != holder:
                 return KEEP, False
             return {**head, "renewed": self.clock.now_ms()}, True
@@ -69,17 +69,17 @@ class Leases:
 
     def end(self, agent: Agent, thread: str, holder: str) -> None:
         """Drop the holder, conditionally: a release landing late fails instead of ending a newer lease."""
-        def change(head: dict) -> tuple[Any, None]:
+        def change(head: dict[str, Any]) -> tuple[Any, None]:
             if not has_lease(head) or head["holder"] != holder:
                 return KEEP, None
             return without_lease(head), None
 
-        self.heads.update(self.space.keys(agent), thread, change)
+        self.heads.update(self.space.keys(agent), thread, change, cached=True)
 
-    def leases(self, agent: Agent, lapse_ms: int) -> list[dict]:
+    def leases(self, agent: Agent, lapse_ms: int) -> list[dict[str, Any]]:
         keys = self.space.keys(agent)
         listed = self.space.store.list(keys.leases())
-        heads: list[Optional[dict]] = self.space.listed_json(listed)
+        heads: list[dict[str, Any] | None] = self.space.listed_json(listed)
         now = self.clock.now_ms()
         out = [
             {

@@ -1,12 +1,12 @@
 """lnk-cloud-scheduler: fire the due jobs of the agents bound to this machine.
 
 Run one on each machine the agents are bound to (more are fine), all pointed
-at the same store.  Each runner asks its store when the soonest job is due
-(``job_next``, one request for every agent in the bucket), sleeps until then
-while watching its agents' ``job_mark`` (woken within ``mark_interval`` by
-any job put in, shifted or removed from waiting), and fires each due job by
-running the operator's command with the job's spec on stdin, up to
-``workers`` (4) at once.  How it loops is in ``scheduler_runner``, claiming
+at the same store.  Each runner polls the store's due index (``job_due``,
+one request naming every agent's waiting jobs by due), sleeps until its
+agents' soonest due, the next poll or a nudge from a driver on this machine
+(``wake``), and fires each due job by running the operator's command with
+the job's spec on stdin, up to ``workers`` (4) at once.  How it loops is in
+``scheduler_runner``, where it learns what is due in ``scheduler_watch``, claiming
 and finishing in ``scheduler_claimer``, the claim leases in
 ``scheduler_claims``, running the command in ``scheduler_fire``, the store
 seam in ``scheduler_store``, the config in ``scheduler_config``;
@@ -18,18 +18,17 @@ Claiming a job
     firing.  Of several runners on any machines exactly one gets the lease
     and the shift; the others see ``held`` or ``found: false`` and move on.
     The job is read back from firing and that is what is fired.  After the
-    command: shift firing -> ending, remove it from ending (``keep_ending``
-    leaves it there for the operator), end the lease.  A runner that dies
-    between the shift to ending and the removal leaves the job in ending: a
-    record that it was fired, for the operator to remove.
+    command: remove it from firing (``keep_ending`` shifts it to ending
+    instead, a record for the operator), end the lease.
 
 What is promised
     * A due job is fired ONCE when no runner dies and the store stays
       reachable: the lease and the shift let one runner claim it, and it
       leaves firing only after its command ran.
     * AT LEAST ONCE when a runner dies mid-fire: its lease is no longer
-      renewed, so ``lapse`` seconds later another runner's recovery (every
-      lapse/3 it lists firing and tries ``take`` on each job there) gets
+      renewed, so ``lapse`` seconds later another runner's recovery (it lists
+      each agent's firing every ``max(lapse/3, agents x poll_interval)`` and
+      tries ``take`` on each job there) gets
       ``lapsed``, reads the job from firing and fires it again, with
       ``LNK_JOB_RECOVERED=1``.  A runner that dies after the command ended
       but before the job left firing also has it fired again: the second
@@ -49,20 +48,23 @@ What is promised
     * A command that fails or times out counts as fired: it is not retried.
     * Lateness: a job whose due a runner already knows is claimed at its due
       with three requests (take, shift, read back); a job put due now while
-      every runner sleeps is fired after about one ``mark_interval`` plus a
-      few requests.
+      every runner sleeps is fired after at most one ``poll_interval`` (put
+      from another machine) or at once (put on this machine: its driver
+      nudges the runners, ``wake``), plus those requests.
 
 What it costs
-    While idle: one ``job_mark`` per agent every ``mark_interval`` (8
-    requests/s for 2 agents at 0.25 s), one ``job_next`` per ``max_sleep``,
-    and one ``job_list`` of firing per agent every lapse/3.  Per job: take,
-    shift, read back, shift, remove, end (6), plus the takes of the runners
-    that lost the race (``held``, one each), plus a ``job_next`` and listing
-    when a mark moved.  Leases of fired jobs are ended, not removed: each job
-    id fired leaves one small lease tombstone (the ops offer no conditional
-    removal, and an unconditional one could drop a lease another runner has
-    just taken), reused when that id is fired again; the ``job:`` threads
-    share the agent's lease namespace with its conversations.
+    While idle: one ``job_due`` (a listing of the store's due index) every
+    ``poll_interval``, and one ``job_list`` of one agent's firing at most as
+    often (each agent every lapse/3, or every agents x poll_interval when
+    that is longer): at most two requests a poll, whatever the number of
+    agents (agents reached through a bridge: one listing of waiting each, a
+    poll).  Per job: take, shift, read back, remove from firing, end (5),
+    plus the takes of the runners that lost the race (``held``, one each).
+    Leases of fired jobs are ended, not removed: each job id fired leaves
+    one small lease tombstone (the ops offer no conditional removal, and an
+    unconditional one could drop a lease another runner has just taken),
+    reused when that id is fired again; the ``job:`` threads share the
+    agent's lease namespace with its conversations.
 
 Requests go through a ``StoreClient`` (``request(dict) -> dict``): one
 ``<driver> serve`` process per runner for every agent without a bridge, or,
@@ -82,24 +84,39 @@ import shutil
 import signal
 import sys
 import threading
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from .client import program_argv
 from .scheduler_config import ConfigError, Settings, load
 from .scheduler_fire import FireCommand
 from .scheduler_log import log
 from .scheduler_runner import Runner
-from .scheduler_store import Agent, AgentStore, BridgeStoreClient, Counted, ServeClient, StoreError
+from .scheduler_store import (
+    Agent,
+    AgentStore,
+    BridgeStoreClient,
+    Counted,
+    PooledServeClient,
+    ServeClient,
+    StoreError,
+)
+from .scheduler_watch import IndexSource, ListSource, Source
+
+#: Set for the runner's own driver processes: they alone answer job_due (it names every agent's jobs).
+OWN_DRIVER_ENV = {"LNK_SCHEDULER_OPS": "1"}
+POOL_MAX = 2  # driver processes for the workers at most (each holds an SDK and its connections)
 
 
 def build(settings: Settings) -> tuple[Runner, list[Counted]]:
     """The runner and the clients it sends through (counted, for the ``stopped`` log)."""
     clients: list[Counted] = []
-    shared: Optional[Counted] = None
-    renewals: Optional[Counted] = None  # the claims' renewals: a second process of the shared driver
+    shared: Counted | None = None
+    renewals: Counted | None = None  # the claims' renewals: a second process of the shared driver
     renew_stores: dict[Agent, AgentStore] = {}
+    warm_pool: PooledServeClient | None = None
     stores: list[AgentStore] = []
-    next_stores: list[AgentStore] = []
+    sources: list[Source] = []
+    indexed: list[AgentStore] = []  # the agents reached through our own driver: one job_due polls them all
     for cfg in settings.agents:
         if cfg.bridge is not None:
             from .bridge.proof import read_key_file
@@ -111,30 +128,39 @@ def build(settings: Settings) -> tuple[Runner, list[Counted]]:
             client = Counted(BridgeStoreClient(cfg.bridge, cfg.agent.owner, cfg.agent.id, key))
             clients.append(client)
             store = AgentStore(cfg.agent, client)
-            next_stores.append(store)  # each bridge may reach a store of its own
+            sources.append(ListSource(store))  # a bridge names no other agent's jobs: its waiting is listed
         else:
             if shared is None:
                 assert settings.driver is not None
                 program = program_argv(settings.driver)[0]
                 if shutil.which(program, path=settings.driver_env.get("PATH")) is None:
                     raise ConfigError(f"driver {program!r} is not a program found on PATH")
-                shared = Counted(ServeClient(settings.driver, settings.driver_env))
-                renewals = Counted(ServeClient(settings.driver, settings.driver_env))
+                env = {**settings.driver_env, **OWN_DRIVER_ENV}
+                # A driver process per worker, and one more for the polls: workers claim and finish
+                # in parallel instead of queueing behind one process's one request at a time.
+                pool = PooledServeClient(settings.driver, env, min(settings.workers, POOL_MAX) + 1)
+                warm_pool = pool
+                shared = Counted(pool)
+                renewals = Counted(ServeClient(settings.driver, env))
                 clients += [shared, renewals]
-                next_stores.append(AgentStore(cfg.agent, shared))  # one job_next answers for the whole store
-            store = AgentStore(cfg.agent, shared)
+            store = AgentStore(cfg.agent, shared, own_driver=True)
+            indexed.append(store)
             assert renewals is not None
-            renew_stores[cfg.agent] = AgentStore(cfg.agent, renewals)
+            renew_stores[cfg.agent] = AgentStore(cfg.agent, renewals, own_driver=True)
         stores.append(store)
+    if indexed:
+        sources.append(IndexSource(indexed))
     # The renewals' process is used once it has answered: starting a driver (its SDK's imports)
     # can take longer than a lapse/3, and a first renewal waiting on it would fence its fire.
     ready = threading.Event()
     if renew_stores:
         first = next(iter(renew_stores.values()))
         threading.Thread(target=_warm, args=(first, ready), name="renewals-warm", daemon=True).start()
+    if warm_pool is not None:
+        warm_pool.warm({"op": "job_mark", "agent": indexed[0].agent.wire()})
     runner = Runner(
         stores,
-        next_stores,
+        sources,
         fire_command(settings),
         settings.runner,
         settings.timing,
@@ -160,7 +186,7 @@ def fire_command(settings: Settings) -> FireCommand:
     return FireCommand(settings.fire, settings.fire_timeout, settings.fire_pass_env, settings.fire_env)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load(argv)
         runner, clients = build(settings)

@@ -1,13 +1,14 @@
 """Claiming one job, firing it on a worker, and finishing it.
 
-``Claimer.claim`` takes a job out of waiting: lease first, then the shift
-waiting -> firing (of several runners exactly one gets both), then the job
-is read back from firing, since what was shifted is what must be fired (a put
-may have replaced the listed job meanwhile).  ``Claimer.reclaim`` takes back a
+``Claimer.dispatch`` has a worker take a job out of waiting: lease first, then
+the shift waiting -> firing (of several runners exactly one gets both), which
+answers the job it moved (``AgentStore.claim``), since what was shifted is
+what must be fired (a put may have replaced the polled job meanwhile).
+``Claimer.reclaim`` takes back a
 job left in firing by a runner that died: the lease (``take`` answers
 ``lapsed``, or ``took`` when the lease is already this runner's), then a
 fresh read that the job is still there.  Either way a worker thread fires it
-and then finishes it: firing -> ending, out of ending (unless kept), lease
+and then finishes it: out of firing (into ending when ``keep_ending``), lease
 ended.
 
 A job is claimed only when a worker slot is free, so a runner never sits on
@@ -21,8 +22,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Optional
+from typing import Any
 
 from .scheduler_claims import Claim, Claims
 from .scheduler_fire import FireCommand
@@ -85,63 +87,88 @@ class Claimer:
 
     # -- claiming ----------------------------------------------------------------
 
-    def claim(self, store: AgentStore, job_id: str) -> str:
-        """A due job out of waiting: "claimed" (a worker has it; its slot too), "held", "gone" or "busy"."""
-        return self._guarded(store, job_id, self._claim)
+    def dispatch(self, store: AgentStore, job_id: str, refused: Callable[[str], None]) -> bool:
+        """Claim, fire and finish a due job on a worker; the caller holds a slot, which the worker frees.
+
+        False (the slot still the caller's) when this runner has the job in
+        flight already.  A claim refused ("held", "gone") or failed
+        ("error") is told to ``refused`` from the worker.  Claims run on the
+        workers, in parallel: at a cloud's round trips a claim is several
+        requests, and claiming one job after another held due jobs back.
+        """
+        if not self._enter(store.agent, job_id):
+            return False
+        self._pool.submit(self._claim_and_fire, store, job_id, refused)
+        return True
 
     def reclaim(self, store: AgentStore, job_id: str) -> str:
-        """A job left in firing by a runner that died; answers as ``claim``."""
-        return self._guarded(store, job_id, self._reclaim)
-
-    def _guarded(self, store: AgentStore, job_id: str, step: Callable[[AgentStore, str, Claim], str]) -> str:
-        """Take the lease, run ``step``; undo the bookkeeping whenever no worker got the job."""
+        """A job left in firing by a runner that died: "claimed" (a worker has it; its slot too),
+        "held", "gone" or "busy"."""
         if not self._enter(store.agent, job_id):
             return "busy"
-        claim: Optional[Claim] = None
+        claim: Claim | None = None
+        try:
+            claim = self.claims.take(store, job_id)
+            if claim is None:
+                self._leave(store.agent, job_id)
+                return "held"
+            job = store.get("firing", job_id)  # still there now that the lease is ours?
+        except StoreError:
+            if claim is not None:
+                self.claims.forget(claim)  # where the job is is unknown: the lease lapses, recovery looks
+            self._leave(store.agent, job_id)
+            raise
+        if job is None:
+            self.claims.release(claim)
+            self._leave(store.agent, job_id)
+            return "gone"
+        log("recovering", runner=self.holder, agent=store.agent.label(), job=job_id, took=claim.took)
+        self._pool.submit(self._fire_and_finish, store, job, claim, True)
+        return "claimed"
+
+    def _claim_and_fire(self, store: AgentStore, job_id: str, refused: Callable[[str], None]) -> None:
+        claim: Claim | None = None
         outcome = "held"
         try:
             claim = self.claims.take(store, job_id)
             if claim is not None:
-                outcome = step(store, job_id, claim)
-            return outcome
-        except StoreError:
+                found = self._claim(store, job_id, claim)
+                if found is not None:
+                    job, recovered = found
+                    outcome = "claimed"
+                    self._fire_and_finish(store, job, claim, recovered)  # frees the slot and the job
+                    return
+                outcome = "gone"
+        except StoreError as exc:
             if claim is not None:
                 self.claims.forget(claim)  # where the job is is unknown: the lease lapses, recovery looks
-            raise
+            log("claim_failed", runner=self.holder, agent=store.agent.label(), job=job_id, error=str(exc))
+            outcome = "error"
+        except Exception as exc:  # a bug must not keep the slot taken
+            log("worker_failed", runner=self.holder, agent=store.agent.label(), job=job_id, error=repr(exc))
+            outcome = "error"
         finally:
             if outcome != "claimed":
                 self._leave(store.agent, job_id)
+                self._slots.release()
+        refused(outcome)
 
-    def _claim(self, store: AgentStore, job_id: str, claim: Claim) -> str:
+    def _claim(self, store: AgentStore, job_id: str, claim: Claim) -> tuple[dict[str, Any], bool] | None:
+        """With the lease taken: the job to fire (and whether it is a recovery), or None (lease let go)."""
         if claim.took == "lapsed":
             # Its last holder died, maybe while firing an earlier job of this id: that one comes first.
             orphan = store.get("firing", job_id)
             if orphan is not None:
-                return self._submit(store, orphan, claim, recovered=True)
-        if not store.shift(job_id, "waiting", "firing"):
-            self.claims.release(claim)
-            return "gone"
-        job = store.get("firing", job_id)
+                return orphan, True
+        job = store.claim(job_id)  # waiting -> firing, and the job that moved
         if job is None or due_of(job) > time.time() + EARLY:
             if job is not None:  # replaced with a later due since it was listed: put it back
                 store.shift(job_id, "firing", "waiting")
             self.claims.release(claim)
-            return "gone"
-        return self._submit(store, job, claim, recovered=False)
-
-    def _reclaim(self, store: AgentStore, job_id: str, claim: Claim) -> str:
-        job = store.get("firing", job_id)  # still there now that the lease is ours?
-        if job is None:
-            self.claims.release(claim)
-            return "gone"
-        log("recovering", runner=self.holder, agent=store.agent.label(), job=job_id, took=claim.took)
-        return self._submit(store, job, claim, recovered=True)
+            return None
+        return job, False
 
     # -- firing and finishing ------------------------------------------------------
-
-    def _submit(self, store: AgentStore, job: dict[str, Any], claim: Claim, recovered: bool) -> str:
-        self._pool.submit(self._fire_and_finish, store, job, claim, recovered)
-        return "claimed"
 
     def _fire_and_finish(self, store: AgentStore, job: dict[str, Any], claim: Claim, recovered: bool) -> None:
         agent, job_id = store.agent, job["id"]
@@ -180,11 +207,16 @@ class Claimer:
             self._slots.release()
 
     def _finish(self, store: AgentStore, job_id: str, claim: Claim) -> None:
-        """firing -> ending, then (unless kept) out of ending, then the lease goes."""
-        if not store.shift(job_id, "firing", "ending"):
+        """Out of firing (into ending when kept, else removed), then the lease goes.
+
+        One request either way: a job not kept is removed straight from
+        firing.  A runner that dies before that request leaves it in firing,
+        to be fired again (at least once), exactly as if it had died a moment
+        before a shift to ending; nothing is lost by skipping the stop.
+        """
+        moved = store.shift(job_id, "firing", "ending") if self.keep_ending else store.remove("firing", job_id)
+        if not moved:
             log("lost_job", runner=self.holder, agent=store.agent.label(), job=job_id)
             self.claims.forget(claim)
             return
-        if not self.keep_ending:
-            store.remove("ending", job_id)
         self.claims.release(claim)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from .scheduler_log import log
 from .scheduler_store import AgentStore, StoreError
@@ -46,7 +46,7 @@ class Claim:
         self.job_id = job_id
         self.took = took  # "took" or "lapsed" (a previous holder died)
         self.confirmed = confirmed  # time.monotonic() when the last successful take/renew was sent
-        self._lost: Optional[str] = None
+        self._lost: str | None = None
         self._lock = threading.Lock()
 
     @property
@@ -63,7 +63,7 @@ class Claim:
                 self._lost = why
 
     @property
-    def lost(self) -> Optional[str]:
+    def lost(self) -> str | None:
         """Why the claim is gone (``"lost"``: another holder has it; ``"fenced"``: unconfirmed too long)."""
         return self._lost
 
@@ -72,7 +72,7 @@ class Claims:
     """Takes, renews, fences and lets go of this runner's claim leases."""
 
     def __init__(self, holder: str, lapse: float,
-                 renew_via: Optional[Callable[[AgentStore], AgentStore]] = None) -> None:
+                 renew_via: Callable[[AgentStore], AgentStore] | None = None) -> None:
         self.holder = holder
         # Renewals through a driver process of their own: behind a burst of claims in the
         # runner's one serve process they waited past the lapse, and a live runner's fire
@@ -87,7 +87,7 @@ class Claims:
         self._renewer = threading.Thread(target=self._renew_loop, name="claim-renewer", daemon=True)
         self._renewer.start()
 
-    def take(self, store: AgentStore, job_id: str) -> Optional[Claim]:
+    def take(self, store: AgentStore, job_id: str) -> Claim | None:
         """The job's lease for this runner, or None when another runner holds it."""
         sent = time.monotonic()
         took = store.take(lease_thread(job_id), self.holder, self.lapse_ms)
@@ -98,7 +98,7 @@ class Claims:
             self._held[id(claim)] = claim
         return claim
 
-    def stale(self, claim: Claim) -> Optional[str]:
+    def stale(self, claim: Claim) -> str | None:
         """Why a fire under ``claim`` must stop now, or None (polled by the fire's worker)."""
         if claim.lost is None and time.monotonic() - claim.confirmed >= self.fence:
             claim.lose("fenced")

@@ -14,7 +14,7 @@ says "no owner" (null) and any owner or id exactly::
       "fire": ["/usr/local/bin/fire-job"],      // argv list, or one shell command line
       "fire_env": {"JOB_API": "https://jobs.internal"},
       "fire_pass_env": ["HTTPS_PROXY"],
-      "fire_timeout": 300, "lapse": 30, "mark_interval": 0.25, "max_sleep": 30,
+      "fire_timeout": 300, "lapse": 30, "poll_interval": 2, "max_sleep": 30,
       "workers": 4, "keep_ending": false, "runner": "host-a"
     }
 
@@ -42,12 +42,25 @@ import os
 import shlex
 import socket
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from .client import env_pairs
 from .config_schema import (
-    Bool, ConfigFileError, Either, Field, Int, ListOf, MapOf, Nullable, Number, Obj, Spec, Str, load_config,
+    Bool,
+    ConfigFileError,
+    Either,
+    Field,
+    Int,
+    ListOf,
+    MapOf,
+    Nullable,
+    Number,
+    Obj,
+    Spec,
+    Str,
+    load_config,
 )
 from .scheduler_fire import JOB_VARS, base_environment, program_problem
 from .scheduler_runner import WORKERS, Timing
@@ -55,17 +68,17 @@ from .scheduler_store import Agent
 
 # Upper bounds: far above any sensible setting, low enough that a huge value
 # (1e300) is refused at start-up rather than overflowing a thread's wait
-# later.  mark_interval has a floor: below 10 ms a sleeping runner would
+# later.  poll_interval has a floor: below 10 ms a sleeping runner would
 # hammer its store.  Each worker is a thread.
 DAY = 86400.0
 WORKERS_MAX = 1024
 
 
-def _not_job_var(name: str) -> Optional[str]:
+def _not_job_var(name: str) -> str | None:
     return f"is set by the runner for each job ({', '.join(sorted(JOB_VARS))})" if name in JOB_VARS else None
 
 
-def _command_line(line: str) -> Optional[str]:
+def _command_line(line: str) -> str | None:
     """A driver given as one string is split like a shell would (``client.program_argv``)."""
     try:
         words = shlex.split(line)
@@ -74,11 +87,11 @@ def _command_line(line: str) -> Optional[str]:
     return None if words else "names no program"
 
 
-def _blank_shell_line(line: str) -> Optional[str]:
+def _blank_shell_line(line: str) -> str | None:
     return None if line.strip() else "is a blank shell line"
 
 
-def _argv_program(argv: list[str]) -> Optional[str]:
+def _argv_program(argv: list[str]) -> str | None:
     return "must start with the program, not an empty string" if argv[0] == "" else None
 
 
@@ -91,7 +104,7 @@ DRIVER = Either((Str(forbid="\0", extra=_command_line), ARGV))
 FIRE = Either((Str(forbid="\0", extra=_blank_shell_line), ARGV))
 
 
-def _bridge_pair(agent: dict[str, Any]) -> Optional[str]:
+def _bridge_pair(agent: dict[str, Any]) -> str | None:
     if (agent.get("bridge") is None) != (agent.get("key_file") is None):
         return "an agent with a bridge needs its key_file, and the other way round"
     return None
@@ -117,7 +130,8 @@ SCHEMA = Obj(
         "fire_pass_env": Field(ListOf(FIRE_ENV_NAME)),
         "fire_timeout": Field(Number(0, 7 * DAY)),
         "lapse": Field(Number(0, DAY)),
-        "mark_interval": Field(Number(0.01, 3600, low_included=True)),
+        "poll_interval": Field(Number(0.01, 3600, low_included=True)),
+        "mark_interval": Field(Number(0.01, 3600, low_included=True)),  # the old name of poll_interval
         "max_sleep": Field(Number(0, DAY)),
         "workers": Field(Int(1, WORKERS_MAX)),
         "keep_ending": Field(Bool()),
@@ -135,16 +149,16 @@ class AgentConfig:
     """One agent bound to this runner, and its bridge if it has one."""
 
     agent: Agent
-    bridge: Optional[str] = None
-    key_file: Optional[str] = None
+    bridge: str | None = None
+    key_file: str | None = None
 
 
 @dataclass
 class Settings:
     agents: list[AgentConfig] = field(default_factory=list)
-    driver: Optional[str | list[str]] = None
+    driver: str | list[str] | None = None
     driver_env: dict[str, str] = field(default_factory=dict)
-    fire: Optional[str | list[str]] = None
+    fire: str | list[str] | None = None
     fire_env: dict[str, str] = field(default_factory=dict)
     fire_pass_env: list[str] = field(default_factory=list)
     fire_timeout: float = 300.0
@@ -172,8 +186,11 @@ def parser() -> argparse.ArgumentParser:
                    help="a variable of this environment passed to the fire command (repeatable)")
     p.add_argument("--fire-timeout", type=float, help="seconds before a fire is killed (default 300)")
     p.add_argument("--lapse", type=float, help="claim lease lapse, seconds (default 30)")
-    p.add_argument("--mark-interval", type=float, help="seconds between job_mark polls while asleep (default 0.25)")
-    p.add_argument("--max-sleep", type=float, help="longest sleep, seconds (default 30)")
+    p.add_argument("--poll-interval", type=float,
+                   help="seconds between polls of the store's due index while idle: one request each, whatever "
+                        "the number of agents (default 2; 0.01 to 3600)")
+    p.add_argument("--mark-interval", type=float, help="the old name of --poll-interval")
+    p.add_argument("--max-sleep", type=float, help="longest sleep between polls, seconds (default 30)")
     p.add_argument("--workers", type=int, help=f"jobs fired at once by this runner (default {WORKERS})")
     p.add_argument("--keep-ending", action="store_true", default=None,
                    help="leave finished jobs in 'ending' for the operator instead of removing them")
@@ -205,7 +222,7 @@ def _flag_env(pairs: Sequence[str], flag: str, name: Spec) -> dict[str, str]:
     return env
 
 
-def load(argv: Optional[Sequence[str]] = None) -> Settings:
+def load(argv: Sequence[str] | None = None) -> Settings:
     """Settings from the command line (and the config file it names); ConfigError when unusable."""
     args = parser().parse_args(argv)
     try:
@@ -228,7 +245,8 @@ def _load(args: argparse.Namespace) -> Settings:
 
     timing = Timing(
         lapse=pick("--lapse", "lapse", Timing.lapse),
-        mark_interval=pick("--mark-interval", "mark_interval", Timing.mark_interval),
+        poll_interval=pick("--poll-interval", "poll_interval",
+                           pick("--mark-interval", "mark_interval", Timing.poll_interval)),
         max_sleep=pick("--max-sleep", "max_sleep", Timing.max_sleep),
     )
     settings = Settings(

@@ -38,8 +38,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any
 
 from .scheduler_store import Agent
 
@@ -71,10 +72,10 @@ class FireResult:
     """How one firing went."""
 
     started: float  # time.time() just before the command was started
-    exit: Optional[int]  # its exit code (negative: killed by that signal), None if it could not start
+    exit: int | None  # its exit code (negative: killed by that signal), None if it could not start
     duration: float  # seconds until it was reaped
-    killed: Optional[str]  # "timeout", "fenced", "lost", or None
-    error: Optional[str] = None  # why it could not start
+    killed: str | None  # "timeout", "fenced", "lost", or None
+    error: str | None = None  # why it could not start
 
 
 def _death_prefix() -> list[str]:
@@ -84,7 +85,7 @@ def _death_prefix() -> list[str]:
 
 
 def base_environment(
-    environ: Mapping[str, str], pass_env: Sequence[str] = (), fire_env: Optional[Mapping[str, str]] = None
+    environ: Mapping[str, str], pass_env: Sequence[str] = (), fire_env: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """What every firing's environment starts from: ``BASE_ENV`` and ``LC_*``, then ``pass_env``, then ``fire_env``.
 
@@ -98,7 +99,7 @@ def base_environment(
     return env
 
 
-def shell_first_program(line: str) -> Optional[str]:
+def shell_first_program(line: str) -> str | None:
     """The program a shell line starts with, when its first word is a plain one; else None (not judged).
 
     Leading ``NAME=value`` assignments and ``exec`` are skipped.  A first word
@@ -124,7 +125,7 @@ def shell_first_program(line: str) -> Optional[str]:
     return None
 
 
-def program_problem(command: str | Sequence[str], path: str) -> Optional[str]:
+def program_problem(command: str | Sequence[str], path: str) -> str | None:
     """Why ``command`` cannot start (its program is not an executable file on ``path``), or None.
 
     For an argv list, its first word, as ``execvp`` finds it (a name with a
@@ -154,8 +155,8 @@ class FireCommand:
         command: str | Sequence[str],
         timeout: float,
         pass_env: Sequence[str] = (),
-        fire_env: Optional[Mapping[str, str]] = None,
-        environ: Optional[Mapping[str, str]] = None,
+        fire_env: Mapping[str, str] | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         base = [SHELL, "-c", command] if isinstance(command, str) else list(command)
         if not base:
@@ -177,7 +178,7 @@ class FireCommand:
             env["LNK_JOB_RECOVERED"] = "1"
         return env
 
-    def run(self, agent: Agent, job: dict[str, Any], recovered: bool, stop: Callable[[], Optional[str]]) -> FireResult:
+    def run(self, agent: Agent, job: dict[str, Any], recovered: bool, stop: Callable[[], str | None]) -> FireResult:
         """Run the command for ``job`` until it exits or is killed; ``stop()`` is polled."""
         spec = json.dumps(job.get("spec"), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         started, clock = time.time(), time.monotonic()
@@ -196,7 +197,7 @@ class FireCommand:
         killed = self._wait(proc, clock, stop)
         return FireResult(started, proc.returncode, time.monotonic() - clock, killed)
 
-    def _wait(self, proc: subprocess.Popen, clock: float, stop: Callable[[], Optional[str]]) -> Optional[str]:
+    def _wait(self, proc: subprocess.Popen, clock: float, stop: Callable[[], str | None]) -> str | None:
         """Reap the command; why it was killed, if it was."""
         deadline, terminated = clock + self.timeout, False
         while True:
@@ -233,7 +234,7 @@ def _feed(proc: subprocess.Popen, data: bytes) -> None:
             pass
 
 
-def _stderr_fd() -> Optional[int]:
+def _stderr_fd() -> int | None:
     """The command's stdout: our stderr, keeping the runner's stdout empty."""
     try:
         return sys.stderr.fileno()

@@ -1,49 +1,50 @@
-"""The runner's loop: sleep until something is due, claim it, fire it, finish it.
+"""The runner's loop: poll what is due, claim it, fire it, finish it; sleep until the next poll.
 
 One pass of the loop (see ``scheduler`` for what it promises):
 
-1. Every ``lapse/3`` (and first thing): recovery.  List ``firing`` of each
-   agent; a job there that this runner isn't firing whose lease ``take``
-   gives us (nobody renewed it for a lapse: its runner died) is fired again.
-2. Unless this runner knows every agent's waiting jobs (4.), ``job_next``:
-   one request answering the soonest waiting due of EVERY agent in the
-   store.  Nothing due: sleep until it is (at most ``max_sleep``), watching
-   the ``job_mark`` of each of our agents every ``mark_interval``; any change
-   (a put, a shift, a removal in waiting) wakes us at once.
-3. Something due: list ``waiting`` of each agent not known, and claim every
-   job due now, soonest first (``scheduler_claimer``: lease, shift, read
-   back, fire on a worker, finish).
-4. What the listing showed of an agent is KNOWN until its mark moves (no job
-   of it can enter or leave waiting without moving its mark), so the runner
-   sleeps until our own soonest due (or 1 s when a claim was refused as held
-   by another runner's lease), watching marks as in 2., and on waking claims
-   straight from what it knows: no ``job_next``, no listing.  A ``job_next``
-   answering another agent's job therefore costs one listing, then nothing
-   until our marks move: no spinning.  Knowledge a little stale (a change in
-   the last mark interval) is harmless: the claim itself (lease, shift, read
-   back) is the only judge of what's waiting.  Our own claims move that
-   agent's mark, so after claiming it is read and listed afresh.
-
-The mark baseline is read before ``job_next`` and before listing, and kept
-across sleeps: a change after it moves the mark, a change before it is in
-``job_next``'s answer and in the listing, so none is missed.
+1. Recovery, a step at a time: the ``firing`` of one agent is listed (all of
+   them at start-up); a job there that this runner isn't firing, whose lease
+   ``take`` gives us (nobody renewed it for a lapse: its runner died), is
+   fired again.  Steps are at least ``poll_interval`` apart, so each agent is
+   looked at every ``max(lapse/3, agents x poll_interval)``: with many agents
+   recovery slows rather than the idle cost growing.  Of the runners sharing
+   an agent, one scans it (the holder of its ``scheduler:recovery`` lease).
+2. A poll (``scheduler_watch``): ONE ``job_due`` request through the runner's
+   own driver names every agent's waiting jobs soonest first, and the runner
+   keeps those of its own agents (agents reached through a bridge: one
+   listing of their waiting each).
+3. Every job of ours due now is claimed, soonest first, while a worker is
+   free (``scheduler_claimer``: lease, shift, read back, fire, finish).  A
+   claim refused as ``held`` (another runner's lease) is tried again after
+   ``backoff``; one refused as gone is not tried again for that index entry.
+4. Nothing claimed: sleep until the soonest due we know, the next poll, or a
+   nudge (``wake``: a driver on this machine put a job in waiting), whichever
+   comes first.  Idle, a runner thus sends one request a ``poll_interval``
+   plus one recovery listing at most as often, whatever the number of agents.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
 
 from .scheduler_claimer import Claimer, due_of
 from .scheduler_claims import Claims
 from .scheduler_fire import FireCommand
 from .scheduler_log import log
 from .scheduler_store import Agent, AgentStore, StoreError
-
+from .scheduler_watch import Due, Poll, Source
+from .wake import WakeListener
 
 WORKERS = 4  # jobs a runner fires at once by default: one long fire doesn't hold up the others
+SPREAD_WINDOW = 1.0  # due jobs within one such window of seconds are claimed in a runner's own order
+STALE_POLL = 0.25  # seconds after which what a poll showed is polled afresh before claiming on
+GONE_FOR = 180.0  # an index entry refused as gone is left alone this long (the index drops it within GRACE)
+RECOVERY_THREAD = "scheduler:recovery"  # the lease naming the one runner that scans an agent's firing
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Timing:
     """How often the runner looks, and how long a claim lives."""
 
     lapse: float = 30.0
-    mark_interval: float = 0.25
+    poll_interval: float = 2.0
     max_sleep: float = 30.0
 
     @property
@@ -61,170 +62,194 @@ class Timing:
 
     @property
     def scan_interval(self) -> float:
-        """Recovery cadence: an orphan can't be taken before its lease lapses, so lapse/3 loses little."""
+        """Recovery cadence per agent at the least: an orphan can't be taken before its lease lapses."""
         return self.lapse / 3
 
-
-@dataclass
-class Pass:
-    """What a look at known waiting jobs did: how many it claimed, and when to look again (None: never)."""
-
-    claimed: int = 0
-    own_next: Optional[float] = None
+    @property
+    def look_interval(self) -> float:
+        """The longest sleep between polls."""
+        return min(self.poll_interval, self.max_sleep)
 
 
 class Runner:
-    """Fires the due jobs of ``stores`` (one per agent bound to this machine)."""
+    """Fires the due jobs of ``stores`` (one per agent bound to this machine), found through ``sources``."""
 
     def __init__(
         self,
         stores: Sequence[AgentStore],
-        next_stores: Sequence[AgentStore],
+        sources: Sequence[Source],
         fire: FireCommand,
         holder: str,
         timing: Timing = Timing(),
         workers: int = WORKERS,
         keep_ending: bool = False,
-        renew_via: Optional[Callable[[AgentStore], AgentStore]] = None,
+        renew_via: Callable[[AgentStore], AgentStore] | None = None,
+        listener: WakeListener | None = None,
     ) -> None:
         self.stores = list(stores)
-        self.next_stores = list(next_stores)  # one agent per distinct store, to ask job_next through
+        self.sources = list(sources)
         self.holder = holder
         self.timing = timing
         self.claims = Claims(holder, timing.lapse, renew_via)
         self.claimer = Claimer(self.claims, fire, workers, keep_ending)
+        self.listener = listener or WakeListener()
         self._stop = threading.Event()
-        # Per agent: the mark baseline, and its waiting jobs as listed after that baseline was read.
-        # While the mark stays the same nothing else can be waiting, so a known due is claimed
-        # without job_next or job_list.  An agent missing from _known is listed again when due.
-        self._marks: dict[Agent, int] = {}
-        self._known: dict[Agent, list[dict[str, Any]]] = {}
-        # A due job whose claim was refused (another lease on its id) isn't tried again before this.
+        self._lock = threading.Lock()  # the two maps below: workers tell refusals
+        # A due job whose claim was refused as held isn't tried again before this.
         self._retry_at: dict[tuple[Agent, str], float] = {}
+        # Index entries refused as gone (the job left waiting a moment ago, or a crash's leftover).
+        self._gone: dict[str, float] = {}
+        self._scanning: set[Agent] = set()  # the agents whose recovery lease this runner holds
+        self._scan_next = 0  # the agent whose firing the next recovery step lists
+        self._scan_at = 0.0  # monotonic time of the next recovery step
 
     # -- the loop ------------------------------------------------------------
 
     def stop(self) -> None:
         """Claim nothing more; ``run`` returns once the fires under way are finished."""
         self._stop.set()
+        self.listener.interrupt()
 
     def run(self) -> None:
-        next_scan, started = 0.0, False
+        started = False
         try:
             while not self._stop.is_set():
                 try:
-                    if time.monotonic() >= next_scan:
-                        self.recover()
-                        next_scan = time.monotonic() + self.timing.scan_interval
-                    self._read_baselines()
                     if not started:
+                        self.recover(self.stores)  # all at once first: orphans of a runner that died before us
+                        self._scan_at = time.monotonic() + self._scan_gap()
                         started = True
-                        log("started", runner=self.holder, agents=[s.agent.wire() for s in self.stores])
+                        log("started", runner=self.holder, agents=[s.agent.wire() for s in self.stores],
+                            nudges=self.listener.listening)
+                    elif time.monotonic() >= self._scan_at:
+                        self._recovery_step()
                     wake_at = self._look()
                     if wake_at is not None:
-                        self._sleep(wake_at, next_scan)
+                        self._sleep(wake_at)
                 except (StoreError, KeyError, TypeError, ValueError) as exc:  # the last three: a malformed reply
                     log("store_error", runner=self.holder, error=str(exc) or repr(exc))
-                    self._marks.clear()
-                    self._known.clear()
                     self._stop.wait(self.timing.backoff)
         finally:
             self.claimer.shutdown()
             self.claims.close()
+            self.listener.close()
 
-    def _look(self) -> Optional[float]:
-        """Fire what's due; the wall-clock time to sleep until, or None to look again at once."""
+    def _look(self) -> float | None:
+        """Poll, claim what's due; the wall-clock time to sleep until, or None to look again at once."""
         now = time.time()
-        unknown = [store for store in self.stores if store.agent not in self._known]
-        soonest: Optional[float] = None
-        if unknown:
-            soonest = self._job_next()
-            if soonest is not None and soonest <= now:
-                for store in unknown:
-                    self._known[store.agent] = store.list("waiting")
-                soonest, now = None, time.time()
-        found = self.claim_due(now)
-        if found.claimed:
-            return None
-        wake_at = now + self.timing.max_sleep
-        for later in (soonest, found.own_next):
-            if later is not None:
-                wake_at = min(wake_at, later)
+        polls = [source.poll(now) for source in self.sources]
+        handed, later = self.claim_due(polls, time.time())
+        if handed is None:
+            return None  # stopped short of what the poll showed: poll afresh now
+        wake_at = now + self.timing.look_interval
+        for when in [later] + [p.horizon for p in polls]:
+            if when is not None and when > now:
+                wake_at = min(wake_at, when)
         return wake_at
 
-    def _job_next(self) -> Optional[float]:
-        answers = [n for n in (s.next() for s in self.next_stores) if n is not None]
-        return min(answers) if answers else None
-
-    def _read_baselines(self) -> None:
-        """A mark baseline for each agent without one; what was known of it is dropped (listed after it)."""
-        for store in self.stores:
-            if store.agent not in self._marks:
-                self._known.pop(store.agent, None)
-                self._marks[store.agent] = store.mark()
-
-    def _sleep(self, wake_at: float, next_scan: float) -> None:
-        """Sleep until ``wake_at`` (wall clock) or ``next_scan`` (monotonic), or a mark moves."""
-        until = min(time.monotonic() + max(0.0, wake_at - time.time()), next_scan)
-        while not self._stop.is_set():
-            left = until - time.monotonic()
-            if left <= 0:
-                return
-            if left < self.timing.mark_interval:
-                self._stop.wait(left)
-                return
-            if self._stop.wait(self.timing.mark_interval):
-                return
-            moved = False
-            for store in self.stores:
-                mark = store.mark()
-                if mark != self._marks.get(store.agent):
-                    self._marks[store.agent] = mark
-                    self._known.pop(store.agent, None)  # its waiting changed: what we listed is stale
-                    moved = True
-            if moved:
-                return
+    def _sleep(self, wake_at: float) -> None:
+        """Until ``wake_at`` (wall clock), the next recovery step, a nudge or ``stop``."""
+        until = min(time.monotonic() + max(0.0, wake_at - time.time()), self._scan_at)
+        left = until - time.monotonic()
+        if left > 0 and not self._stop.is_set():
+            self.listener.wait(left)
 
     # -- claiming ------------------------------------------------------------
 
-    def claim_due(self, now: float) -> Pass:
-        """Claim each known waiting job due by ``now``, soonest first; keep the rest known."""
-        stores = {store.agent: store for store in self.stores}
-        found = Pass()
-        self._retry_at = {k: t for k, t in self._retry_at.items() if t > now}
-        due, keep = [], {}
-        for agent, jobs in self._known.items():
-            keep[agent] = []
-            for job in jobs:
-                ready = max(due_of(job), self._retry_at.get((agent, job["id"]), 0.0))
-                (due if ready <= now else keep[agent]).append((ready, agent, job))
-        due.sort(key=lambda entry: entry[0])
-        claimed_in: set[Agent] = set()
-        for i, (_, agent, job) in enumerate(due):
-            if not self.claimer.acquire_slot(self._stop.is_set):
-                for entry in due[i:]:
-                    keep[entry[1]].append(entry)
-                break
-            outcome = self.claimer.claim(stores[agent], job["id"])
-            if outcome == "claimed":
-                found.claimed += 1
-                claimed_in.add(agent)
+    def claim_due(self, polls: Sequence[Poll], now: float) -> tuple[int | None, float | None]:
+        """Hand each polled job due by ``now`` to a worker (older seconds first, then in this runner's own
+        order): (how many were handed, or None when the poll went stale before all were; when the next
+        is ready).  Having handed them all, the runner sleeps until the next due without polling
+        again: the workers' claims are the judges of what they were handed."""
+        with self._lock:
+            self._retry_at = {k: t for k, t in self._retry_at.items() if t > now}
+            mono = time.monotonic()
+            self._gone = {k: t for k, t in self._gone.items() if t > mono}
+            retry_at, gone = dict(self._retry_at), set(self._gone)
+        seen: set[tuple[Agent, str]] = set()
+        due: list[tuple[float, Due]] = []
+        later: float | None = None
+        for found in sorted((d for p in polls for d in p.found), key=lambda d: d.due):
+            if (found.agent, found.job) in seen or (found.key is not None and found.key in gone):
                 continue
-            self.claimer.release_slot()
-            if outcome in ("held", "busy"):  # still waiting, another lease on its id: try again soon
-                retry = now + self.timing.backoff
-                self._retry_at[(agent, job["id"])] = retry
-                keep[agent].append((retry, agent, job))
-        found.own_next = min((ready for entries in keep.values() for ready, _, _ in entries), default=None)
-        self._known = {agent: [job for _, _, job in entries] for agent, entries in keep.items()}
-        for agent in claimed_in:  # our own shifts moved its mark: a fresh baseline, then a fresh listing
-            self._marks.pop(agent, None)
-            self._known.pop(agent, None)
-        return found
+            seen.add((found.agent, found.job))
+            ready = max(found.due, retry_at.get((found.agent, found.job), 0.0))
+            if ready <= now:
+                due.append((ready, found))
+            elif later is None or ready < later:
+                later = ready
+        claimed = 0
+        polled = time.monotonic()
+        for _, found in sorted(due, key=lambda entry: self._order(entry[0], entry[1])):
+            if claimed and time.monotonic() - polled > STALE_POLL:
+                return None, later  # others have claimed meanwhile: a fresh poll costs less than claims of the gone
+            if self.claimer.busy(found.agent, found.job):
+                continue
+            if not self.claimer.acquire_slot(self._stop.is_set):
+                return None, later
+            if self.claimer.dispatch(found.store, found.job, self._on_refused(found)):
+                claimed += 1
+            else:
+                self.claimer.release_slot()
+        return claimed, later
 
-    def recover(self) -> None:
+    def _on_refused(self, found: Due) -> Callable[[str], None]:
+        """What a worker tells when it could not claim ``found``: when (or whether) to try it again."""
+        def refused(outcome: str) -> None:
+            with self._lock:
+                if outcome == "gone" and found.key is not None:
+                    self._gone[found.key] = time.monotonic() + GONE_FOR  # a stale entry: the index drops it soon
+                else:  # held by another runner's lease, or the store failed: try again soon
+                    self._retry_at[(found.agent, found.job)] = time.time() + self.timing.backoff
+
+        return refused
+
+    def _order(self, ready: float, found: Due) -> tuple[float, int]:
+        """Older seconds first; within one second, an order of this runner's own.
+
+        Runners that all wake for the same due jobs would otherwise all go
+        for the soonest, one wins and the others pay a refused ``take`` each,
+        job after job: spread, each starts on a different one.
+        """
+        spread = zlib.crc32(f"{self.holder}\0{found.agent.label()}\0{found.job}".encode())
+        return (math.floor(ready / SPREAD_WINDOW), spread)
+
+    # -- recovery ------------------------------------------------------------
+
+    def _scan_gap(self) -> float:
+        """Between recovery steps: each agent every lapse/3, but no step sooner than a poll."""
+        return max(self.timing.scan_interval / max(1, len(self.stores)), self.timing.look_interval)
+
+    def _recovery_step(self) -> None:
+        store = self.stores[self._scan_next % len(self.stores)]
+        self._scan_next += 1
+        self._scan_at = time.monotonic() + self._scan_gap()
+        if self._scans(store):
+            self.recover([store])
+
+    def _scans(self, store: AgentStore) -> bool:
+        """Whether this runner is the one that looks at ``store``'s firing: the holder of its
+        ``RECOVERY_THREAD`` lease.
+
+        Every runner listing every agent's firing would read each job record
+        that changed once per runner; one scanner per agent reads it once.
+        The scanner renews at each of its steps (one cached write); the others
+        pay one read to see it held.  A scanner that dies stops renewing, and
+        three of its cadences later the next runner's step takes over.
+        """
+        if store.agent in self._scanning:
+            if store.renew(RECOVERY_THREAD, self.holder):
+                return True
+            self._scanning.discard(store.agent)
+        lapse_ms = max(1, int(3 * self._scan_gap() * len(self.stores) * 1000))
+        if store.take(RECOVERY_THREAD, self.holder, lapse_ms) in ("took", "lapsed"):
+            self._scanning.add(store.agent)
+            return True
+        return False
+
+    def recover(self, stores: Sequence[AgentStore]) -> None:
         """Fire again each job left in firing by a runner that died (its lease lapsed)."""
-        for store in self.stores:
+        for store in stores:
             for job in sorted(store.list("firing"), key=due_of):
                 if self._stop.is_set() or self.claimer.busy(store.agent, job["id"]):
                     continue

@@ -20,9 +20,11 @@ typed calls that raise ``StoreError`` on an error reply.
 from __future__ import annotations
 
 import threading
+import zlib
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Protocol, Sequence
+from typing import Any, Protocol
 
 from .client import DriverError, ServeProcess
 
@@ -48,10 +50,10 @@ class ServeClient:
     is what the contract asks of a serve driver.
     """
 
-    def __init__(self, program: str | Sequence[str], env: Optional[Mapping[str, str]] = None) -> None:
+    def __init__(self, program: str | Sequence[str], env: Mapping[str, str] | None = None) -> None:
         self.program = program
         self.env = dict(env or {})
-        self._proc: Optional[ServeProcess] = None
+        self._proc: ServeProcess | None = None
         self._lock = threading.Lock()
 
     def _process(self) -> ServeProcess:
@@ -88,10 +90,60 @@ class ServeClient:
                 self._proc = None
 
 
+class PooledServeClient:
+    """Several ``ServeClient`` processes; a request goes to the one its job (or job lease) hashes to.
+
+    One driver process answers one request at a time, and at a cloud's round
+    trips a fired job costs about ten: through one process, a runner's
+    workers queue behind each other and jobs due together start late.
+    Requests about one job always meet the same process, so the versions it
+    remembers of that job's record and lease (``Space.update``'s ``cached``)
+    save the reads of the later steps.  Polls and listings go to the first.
+    """
+
+    def __init__(self, program: str | Sequence[str], env: Mapping[str, str] | None = None, size: int = 1) -> None:
+        self.clients = [ServeClient(program, env) for _ in range(max(1, size))]
+
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.clients[self.slot(request)].request(request)
+
+    def slot(self, request: dict[str, Any]) -> int:
+        """Which process: by the job id the request names (``id``, or a ``job:`` lease thread)."""
+        if len(self.clients) == 1:
+            return 0
+        name = request.get("id")
+        if not isinstance(name, str):
+            thread = request.get("thread")
+            name = thread[len("job:"):] if isinstance(thread, str) and thread.startswith("job:") else ""
+        if not name:
+            return 0
+        return zlib.crc32(name.encode("utf-8", "surrogatepass")) % len(self.clients)
+
+    def warm(self, request: dict[str, Any]) -> None:
+        """Start every process at once (each answers ``request``): a driver's start (its SDK's
+        imports) costs far more than a request, and must not fall on the first due job."""
+        threads = [threading.Thread(target=_quietly, args=(c, request), daemon=True) for c in self.clients]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+
+def _quietly(client: ServeClient, request: dict[str, Any]) -> None:
+    try:
+        client.request(request)
+    except StoreError:
+        pass  # it is started again on its first real request
+
+
 class BridgeStoreClient:
     """One agent's store bridge behind the StoreClient seam."""
 
-    def __init__(self, socket_path: str, owner: Optional[str], agent_id: str, key: bytes) -> None:
+    def __init__(self, socket_path: str, owner: str | None, agent_id: str, key: bytes) -> None:
         from .bridge.client import BridgeClient  # only runners configured with a bridge need it
 
         self.bridge = BridgeClient(socket_path, owner, agent_id, key, timeout=REQUEST_TIMEOUT)
@@ -127,7 +179,7 @@ class Counted:
 class Agent:
     """An agent as the wire names it: (owner or None, id)."""
 
-    owner: Optional[str]
+    owner: str | None
     id: str
 
     def wire(self) -> dict[str, Any]:
@@ -137,13 +189,21 @@ class Agent:
         """For logs: ``owner/id``, or ``id`` alone when there is no owner."""
         return self.id if self.owner is None else f"{self.owner}/{self.id}"
 
+    def due_token(self) -> str:
+        """How the store's due index names this agent (``job_due``'s ``agent``)."""
+        from .keys import AgentKeys
+
+        return AgentKeys("", self.owner, self.id).due_token()
+
 
 class AgentStore:
     """One agent's ops through its client; an error reply raises StoreError."""
 
-    def __init__(self, agent: Agent, client: StoreClient) -> None:
+    def __init__(self, agent: Agent, client: StoreClient, own_driver: bool = False) -> None:
         self.agent = agent
         self.client = client
+        # Through the runner's own driver (LNK_SCHEDULER_OPS=1): job_due and job_claim are answered.
+        self.own_driver = own_driver
 
     def op(self, op: str, **args: Any) -> dict[str, Any]:
         reply = self.client.request({"op": op, "agent": self.agent.wire(), **args})
@@ -154,17 +214,37 @@ class AgentStore:
     def mark(self) -> int:
         return int(self.op("job_mark")["mark"])
 
-    def next(self) -> Optional[float]:
+    def next(self) -> float | None:
         return self.op("job_next")["next"]
+
+    def due(self, limit: int, after: str | None = None) -> tuple[list[dict[str, Any]], bool]:
+        """The store's due index by name (``job_due``, answered only by the runner's own driver)."""
+        reply = self.op("job_due", limit=limit, after=after)
+        return list(reply["due"]), bool(reply["more"])
 
     def list(self, place: str) -> list[dict[str, Any]]:
         return list(self.op("job_list", place=place)["jobs"])
 
-    def get(self, place: str, job_id: str) -> Optional[dict[str, Any]]:
+    def get(self, place: str, job_id: str) -> dict[str, Any] | None:
         return self.op("job_get", place=place, id=job_id)["job"]
 
     def shift(self, job_id: str, source: str, target: str) -> bool:
         return bool(self.op("job_shift", id=job_id, **{"from": source, "to": target})["found"])
+
+    def claim(self, job_id: str) -> dict[str, Any] | None:
+        """Shift waiting -> firing, answering the job moved (None: none was waiting).
+
+        One request through the runner's own driver (``job_claim``); a shift
+        and a read back from firing through a bridge, which answers only the
+        protocol's ops (what it reads is then what is in firing, the same
+        job unless someone put another there meanwhile).
+        """
+        if self.own_driver:
+            job: dict[str, Any] | None = self.op("job_claim", id=job_id)["job"]
+            return job
+        if not self.shift(job_id, "waiting", "firing"):
+            return None
+        return self.get("firing", job_id)
 
     def remove(self, place: str, job_id: str) -> bool:
         return bool(self.op("job_remove", place=place, id=job_id)["found"])

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from . import validate as v
 from .conversations import Conversations
@@ -29,6 +30,9 @@ from .tools import Tools
 
 Reply = dict[str, Any]
 
+#: Not in the wire protocol: answered only by a driver started with LNK_SCHEDULER_OPS=1 (the runner's own).
+SCHEDULER_OPS = ("job_due", "job_claim")
+DUE_LIMIT, DUE_LIMIT_MAX = 100, 1000  # job_due entries per reply: default, and one listing page at most
 UNKNOWN_WORDS = "outcome unknown: the change may or may not have been made"
 UNCHANGED_WORDS = "nothing was changed"
 
@@ -47,7 +51,7 @@ def _outcome(unknown: bool) -> str:
 class Service:
     """Answers the requests of every agent in one store (bucket and prefix)."""
 
-    def __init__(self, space: Space) -> None:
+    def __init__(self, space: Space, scheduler_ops: bool = False) -> None:
         self.space = space
         self.conversations = Conversations(space)
         self.leases_ = Leases(space)
@@ -57,6 +61,9 @@ class Service:
         self.ops: dict[str, Callable[[dict, v.Agent], Reply]] = {
             name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")
         }
+        if not scheduler_ops:  # job_due names other agents' jobs: only the scheduler's own driver answers it
+            for name in SCHEDULER_OPS:
+                del self.ops[name]
 
     def answer(self, request: dict) -> Reply:
         """The reply to ``request``; every failure becomes an error reply, never an exception.
@@ -160,6 +167,28 @@ class Service:
 
     def op_job_next(self, req: dict, agent: v.Agent) -> Reply:
         return {"reply": "next", "next": self.jobs.next()}
+
+    def op_job_due(self, req: dict, agent: v.Agent) -> Reply:
+        """Not in the wire protocol: the scheduler's view of the due index (every agent's due jobs by name).
+
+        ``limit`` (1-1000, default 100) entries after the key ``after``; ``more``
+        says the listing was full.  Answered only by a driver started with
+        ``LNK_SCHEDULER_OPS=1``, the runner's own: an agent must never learn
+        another agent's job ids.
+        """
+        limit = v.integer(req, "limit", minimum=1, maximum=DUE_LIMIT_MAX, default=DUE_LIMIT)
+        after = req.get("after")
+        if after is not None and not (isinstance(after, str) and len(after) <= 1024
+                                      and after.isascii() and after.isprintable()):
+            raise v.RequestError("'after' must be null or a key (printable ASCII, at most 1,024 characters)")
+        entries, more = self.jobs.due(limit, after)
+        return {"reply": "due", "due": [entry.wire() for entry in entries], "more": more}
+
+    def op_job_claim(self, req: dict, agent: v.Agent) -> Reply:
+        """Not in the wire protocol: ``job_shift`` waiting -> firing answering the job it moved
+        (null when none was waiting), so the runner fires what it shifted without reading it back."""
+        job_id = v.job_id(v.field(req, "id"))
+        return {"reply": "claimed", "job": self.jobs.move(agent, job_id, "waiting", "firing")}
 
     def op_job_day(self, req: dict, agent: v.Agent) -> Reply:
         day, sent = self.jobs.day(agent)

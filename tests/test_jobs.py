@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from support import Session, fresh_agent, location_of, race, service_of, serving
 
 
@@ -55,7 +54,7 @@ def test_eight_shifters_of_one_job_exactly_one_finds_it(store):
             jid = f"race-{round_}"
             s("job_put", place="waiting", job=job(jid, 100 + round_))
             targets = ["firing", "ending"]
-            replies = race(procs, lambda i: {"op": "job_shift", "agent": agent, "id": jid,
+            replies = race(procs, lambda i, jid=jid, targets=targets: {"op": "job_shift", "agent": agent, "id": jid,
                                               "from": "waiting", "to": targets[i % 2]})
             found = [i for i, r in enumerate(replies) if r == {"reply": "found", "found": True}]
             assert len(found) == 1, replies
@@ -207,3 +206,62 @@ def test_a_removed_jobs_record_stays_a_tombstone_until_long_after(store_env, mon
     assert service.space.store.list(keys.jobs()) == [], "swept once old"
     service.jobs.put(agent, "waiting", job("once", 60))
     assert service.jobs.listing(agent, "waiting") == [job("once", 60)]
+
+
+def test_job_due_names_every_agents_due_jobs_only_for_the_schedulers_driver(store, tmp_path):
+    """job_due (the runner's poll): the index by name, soonest first, paged; refused by an agent's driver."""
+    from dataclasses import replace
+
+    own = replace(store, env={**store.env, "LNK_SCHEDULER_OPS": "1"})
+    with serving(store) as plain, serving(own) as ops:
+        a = Session(ops[0], {"id": "a", "owner": None})
+        b = Session(ops[0], {"id": "b/x", "owner": "o"})
+        refused = Session(plain[0], {"id": "a", "owner": None})("job_due")
+        assert refused["reply"] == "error" and "unknown op" in refused["error"]
+        assert a("job_due") == {"reply": "due", "due": [], "more": False}
+        a("job_put", place="waiting", job=job("late", 900))
+        b("job_put", place="waiting", job=job("soon", 300.5))
+        a("job_put", place="firing", job=job("firing", 1))  # firing is never in the index
+        long_id = "é" * 120  # its key part is a hash: named null, found by listing the agent's waiting
+        a("job_put", place="waiting", job=job(long_id, 600))
+        got = a("job_due")
+        assert got["more"] is False
+        assert [(e["agent"], e["job"], e["due"]) for e in got["due"]] == [
+            ("_o/_b%2Fx", "soon", 300.5), ("-/_a", None, 600), ("-/_a", "late", 900)]
+        first = a("job_due", limit=1)
+        assert first["more"] is True and first["due"][0]["job"] == "soon"
+        rest = a("job_due", limit=5, after=first["due"][0]["key"])
+        assert [e["due"] for e in rest["due"]] == [600, 900]
+        a("job_put", place="waiting", job=job("late", 100))  # moved sooner: its old entry goes
+        b("job_shift", id="soon", **{"from": "waiting", "to": "firing"})
+        assert [(e["job"], e["due"]) for e in a("job_due")["due"]] == [("late", 100), (None, 600)]
+        for bad in ({"limit": 0}, {"limit": 1001}, {"limit": True}, {"after": 5}, {"after": "a\u0000b"},
+                    {"after": "x" * 1025}):
+            reply = a("job_due", **bad)
+            assert reply["reply"] == "error", (bad, reply)
+        assert len(a("job_due")["due"]) == 2, "a refused job_due changed something"
+
+
+def test_a_job_entering_waiting_nudges_this_machines_runners(store, tmp_path):
+    """The driver's nudge (wake.py): a put or shift INTO waiting wakes a listener; other changes do not."""
+    from cloudstore.client import ServeProcess
+    from cloudstore.wake import WakeListener
+
+    folder = str(tmp_path / "wake")
+    listener = WakeListener(folder)
+    assert listener.listening
+    proc = ServeProcess(store.program, env={**store.env, "LNK_WAKE_DIR": folder})
+    try:
+        s = Session(proc, fresh_agent())
+        s("job_put", place="waiting", job=job("j", 5))
+        assert listener.wait(5.0), "a put into waiting sent no nudge"
+        s("job_shift", id="j", **{"from": "waiting", "to": "firing"})
+        s("job_put", place="ending", job=job("e", 5))
+        s("job_remove", place="ending", id="e")
+        assert not listener.wait(0.3), "a change that put nothing in waiting nudged"
+        s("job_shift", id="j", **{"from": "firing", "to": "waiting"})
+        assert listener.wait(5.0), "a shift into waiting sent no nudge"
+    finally:
+        proc.close()
+        listener.close()
+    assert list((tmp_path / "wake").iterdir()) == [], "the listener left its socket behind"

@@ -8,13 +8,13 @@ conftest's ``store`` fixture.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
+from scheduler_rig import Backend, Rig
 
 from cloudstore.client import ServeProcess
-from scheduler_rig import Backend, Rig
 
 # Emulators are slower than a folder: job counts are scaled down on them.
 SCALE = {"file": 1.0, "moto": 0.5, "gcs": 0.5}

@@ -13,9 +13,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from cloudstore.client import ServeProcess
 
@@ -38,7 +39,7 @@ class RunnerProc:
     proc: subprocess.Popen
     log: Path
 
-    def events(self, name: Optional[str] = None) -> list[dict[str, Any]]:
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
         """The runner's JSON log lines (stderr), those of event ``name`` only if given."""
         out = []
         for line in self.log.read_text(errors="replace").splitlines():
@@ -71,7 +72,7 @@ class Rig:
             "driver": self.backend.driver,
             "driver_env": self.backend.env,
             "fire": FIRE + [str(self.record)],
-            "mark_interval": 0.25,
+            "poll_interval": 0.25,
             **settings,
         }
         path = self.root / f"runner{n}.json"
@@ -104,7 +105,7 @@ class Rig:
         """Every job of both agents has left waiting, firing and ending."""
         return all(self.count(a, p) == 0 for a in AGENTS for p in ("waiting", "firing", "ending"))
 
-    def records(self, ev: Optional[str] = None) -> list[dict[str, Any]]:
+    def records(self, ev: str | None = None) -> list[dict[str, Any]]:
         if not self.record.exists():
             return []
         lines = [json.loads(line) for line in self.record.read_text().splitlines()]
@@ -133,12 +134,14 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str, every: float 
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def key(record: dict[str, Any]) -> tuple[Optional[str], str, str]:
+def key(record: dict[str, Any]) -> tuple[str | None, str, str]:
     """A firing's job as (owner, agent, job id)."""
     return (record["owner"], record["agent"], record["job"])
 
 
-def intervals(records: list[dict[str, Any]], cut: Optional[dict[int, float]] = None) -> dict[tuple, list[tuple[float, float]]]:
+def intervals(
+    records: list[dict[str, Any]], cut: dict[int, float] | None = None
+) -> dict[tuple, list[tuple[float, float]]]:
     """Each job's firings as (start, end) from its start/end records, matched by the firing process.
 
     A start with no end belongs to a fire killed with its runner: ``cut`` gives
@@ -164,5 +167,5 @@ def assert_no_overlap(spans: dict[tuple, list[tuple[float, float]]]) -> None:
     """No job was being fired by two runners at the same time."""
     for job, runs in spans.items():
         runs = sorted(runs)
-        for (s0, e0), (s1, e1) in zip(runs, runs[1:]):
+        for (s0, e0), (s1, e1) in zip(runs, runs[1:], strict=False):
             assert e0 <= s1, f"job {job} fired twice at once: {s0:.3f}-{e0:.3f} and {s1:.3f}-{e1:.3f}"

@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scheduler_rig import wait_for
 
 from cloudstore import scheduler
 from cloudstore.config_schema import Bool, Field, Int, ListOf, Nullable, Number, Obj, SchemaError, Str
 from cloudstore.scheduler_config import ConfigError, load
 from cloudstore.scheduler_store import Agent
-
-from scheduler_rig import wait_for
 
 SECRETS = {"AWS_SECRET_ACCESS_KEY": "aws-secret", "GOOGLE_APPLICATION_CREDENTIALS": "/etc/gcs.json",
            "AWS_ACCESS_KEY_ID": "aws-id", "LNK_BUCKET_URL": "file:///nowhere", "UNNAMED": "x"}
@@ -208,6 +207,9 @@ def test_good_configs_still_load(tmp_path: Path) -> None:
     assert s.agents[3].bridge == "/h/.link-store.sock" and s.agents[2].bridge is None
     assert s.keep_ending is True and s.workers == 2 and type(s.workers) is int
     assert s.timing.lapse == 9.0 and s.timing.max_sleep == 86400.0 and s.fire_timeout == 60.0
+    assert s.timing.poll_interval == 0.01  # mark_interval: the old name of poll_interval, still taken
+    s = load(["--config", write(tmp_path, {**full, "poll_interval": 3})])
+    assert s.timing.poll_interval == 3.0  # the new name wins
     assert s.fire_env == {"JOB_API": "x"} and s.fire_pass_env == ["HTTPS_PROXY"] and s.runner == "host-a"
     for line in ("true", "cd / && true", "exec true", "FOO=1 true --x", "$HOME/whatever", "if true; then :; fi",
                  "'/bin/sh' -c true"):

@@ -21,13 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
+from scheduler_rig import FIRE, wait_for
 
 from cloudstore.client import ServeProcess
 from cloudstore.scheduler_config import ConfigError, load
 from cloudstore.scheduler_fire import FireCommand
 from cloudstore.scheduler_store import Agent
-
-from scheduler_rig import FIRE, wait_for
 
 
 def test_agents_from_flags_and_json(tmp_path: Path) -> None:
@@ -38,7 +37,7 @@ def test_agents_from_flags_and_json(tmp_path: Path) -> None:
               "--driver-env", "K=V=W"])
     assert [a.agent for a in s.agents] == [Agent(None, "x:y"), Agent("", "e"), Agent(None, "a"), Agent("o", "b:c"),
                                            Agent("", "z")]
-    assert s.timing.lapse == 3.0 and s.timing.mark_interval == 0.25 and s.timing.max_sleep == 30.0
+    assert s.timing.lapse == 3.0 and s.timing.poll_interval == 2.0 and s.timing.max_sleep == 30.0
     assert s.driver_env == {"K": "V=W"} and s.fire == ["true"] and s.workers == 4 and s.runner
 
 

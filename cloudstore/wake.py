@@ -1,0 +1,171 @@
+"""A machine-local nudge: "a job's waiting changed, look now".
+
+The scheduler's runners learn of new jobs by polling the store's due index
+(one listing every ``poll_interval``, whatever the number of agents).  That
+alone would make a job put due now wait up to a poll for its runner.  A put
+made on the SAME machine (through an agent's driver or its store bridge)
+can do better for free: after a change to waiting, the driver sends an empty
+datagram to every runner socket in a folder both know, and a sleeping runner
+wakes and polls at once.
+
+Nothing travels but "look now": the runner trusts nothing in the datagram
+and judges what is due only from the store, so a stray or forged nudge costs
+one poll, never a wrong fire (and a runner polls at most once per
+``MIN_GAP`` however many nudges arrive).  A lost nudge (no folder, a full
+socket buffer, a runner started a moment later) costs only the poll
+interval.  Other machines' puts are found by the poll alone.
+
+The folder is ``LNK_WAKE_DIR`` (default ``/tmp/lnk-wake``), sticky and
+world-writable like ``/tmp``, because the drivers an agent's bridge starts
+may run as another user than the runner.  A runner binds
+``<folder>/<pid>-<random>.sock`` and removes it when it stops; drivers only
+ever ``sendto`` those sockets, never create or delete anything there.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import select
+import socket
+import stat
+import threading
+import time
+
+WAKE_DIR_SETTING = "LNK_WAKE_DIR"
+DEFAULT_WAKE_DIR = "/tmp/lnk-wake"
+SUFFIX = ".sock"
+MIN_GAP = 0.05  # a runner polls at most this often however many nudges arrive
+MAX_SOCKETS = 256  # a driver nudges at most this many runners (a folder stuffed with files costs it nothing more)
+
+
+def wake_dir() -> str:
+    return os.environ.get(WAKE_DIR_SETTING) or DEFAULT_WAKE_DIR
+
+
+def notify(folder: str | None = None) -> int:
+    """Nudge every runner socket in ``folder``; how many took it.  Never raises: a nudge is a courtesy."""
+    folder = folder or wake_dir()
+    sent = 0
+    try:
+        entries = os.scandir(folder)
+    except OSError:
+        return 0
+    with entries, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.setblocking(False)
+        for i, entry in enumerate(entries):
+            if i >= MAX_SOCKETS:
+                break
+            if not entry.name.endswith(SUFFIX):
+                continue
+            try:
+                sock.sendto(b"", entry.path)
+                sent += 1
+            except OSError:
+                pass  # a runner gone (refused), a full buffer (it is waking anyway), not a socket
+    return sent
+
+
+class WakeListener:
+    """A runner's socket in the wake folder: ``wait`` sleeps until a nudge, a timeout or ``interrupt``."""
+
+    def __init__(self, folder: str | None = None) -> None:
+        self.folder = folder or wake_dir()
+        self.path: str | None = None
+        self._sock: socket.socket | None = None
+        self._last = 0.0
+        self._interrupted = threading.Event()  # wakes ``wait`` when there is no socket
+        try:
+            _make_folder(self.folder)
+            _sweep(self.folder)
+            path = os.path.join(self.folder, f"{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.bind(path)
+            os.chmod(path, 0o622)  # drivers of other users may nudge; only we read
+            sock.setblocking(False)
+            self._sock, self.path = sock, path
+        except OSError:
+            self._sock = None  # no nudges: the runner still polls, only same-machine puts wait longer
+
+    @property
+    def listening(self) -> bool:
+        return self._sock is not None
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to ``timeout`` seconds; True when nudged (all pending nudges are taken at once)."""
+        if self._sock is None:
+            self._interrupted.wait(max(0.0, timeout))
+            self._interrupted.clear()
+            return False
+        gap = self._last + MIN_GAP - time.monotonic()
+        if gap > 0:  # a flood of nudges still leaves the runner its rest
+            time.sleep(min(gap, max(0.0, timeout)))
+            timeout -= gap
+        ready, _, _ = select.select([self._sock], [], [], max(0.0, timeout))
+        if not ready:
+            return False
+        self._drain()
+        self._last = time.monotonic()
+        return True
+
+    def interrupt(self) -> None:
+        """Wake ``wait`` now (from another thread or a signal handler)."""
+        self._interrupted.set()
+        if self._sock is not None and self.path is not None:
+            try:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                    s.sendto(b"", self.path)
+            except OSError:
+                pass
+
+    def _drain(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                self._sock.recv(16)
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
+                    return
+                return
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self.path is not None:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            self.path = None
+
+
+def _sweep(folder: str) -> None:
+    """Remove the sockets of runners that died without closing (nobody reads them); others' are left."""
+    with os.scandir(folder) as entries, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.setblocking(False)
+        for i, entry in enumerate(entries):
+            if i >= MAX_SOCKETS or not entry.name.endswith(SUFFIX):
+                continue
+            try:
+                sock.sendto(b"", entry.path)
+            except ConnectionRefusedError:
+                try:
+                    os.unlink(entry.path)  # in a sticky folder only its owner (or root) can
+                except OSError:
+                    pass
+            except OSError:
+                pass
+
+
+def _make_folder(folder: str) -> None:
+    """Create the folder sticky and world-writable (as /tmp is) if missing; refuse a link or a file."""
+    try:
+        os.mkdir(folder, 0o700)
+        os.chmod(folder, 0o1777)
+    except FileExistsError:
+        pass
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode):
+        raise OSError(errno.ENOTDIR, f"{folder} is not a folder")
