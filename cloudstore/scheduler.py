@@ -6,10 +6,10 @@ one request naming every agent's waiting jobs by due), sleeps until its
 agents' soonest due, the next poll or a nudge from a driver on this machine
 (``wake``), and fires each due job by running the operator's command with
 the job's spec on stdin, up to ``workers`` (4) at once.  How it loops is in
-``scheduler_runner``, where it learns what is due in ``scheduler_watch``, claiming
-and finishing in ``scheduler_claimer``, the claim leases in
-``scheduler_claims``, running the command in ``scheduler_fire``, the store
-seam in ``scheduler_store``, the config in ``scheduler_config``;
+``scheduling.runner``, where it learns what is due in ``scheduling.watch``, claiming
+and finishing in ``scheduling.claiming``, the claim leases in
+``scheduling.claim_leases``, running the command in ``scheduling.fire``, the store
+seam in ``scheduling.store_client``, the config in ``scheduling.config``;
 docs/scheduler.md says the same for operators.
 
 Claiming a job
@@ -26,9 +26,10 @@ What is promised
       reachable: the lease and the shift let one runner claim it, and it
       leaves firing only after its command ran.
     * AT LEAST ONCE when a runner dies mid-fire: its lease is no longer
-      renewed, so ``lapse`` seconds later another runner's recovery (it lists
-      each agent's firing every ``max(lapse/3, agents x poll_interval)`` and
-      tries ``take`` on each job there) gets
+      renewed, so once ``lapse`` has passed, another runner's recovery (one
+      runner per agent lists its firing every
+      ``max(lapse/3, agents x 3 x poll_interval)`` and tries ``take`` on each
+      job there) gets
       ``lapsed``, reads the job from firing and fires it again, with
       ``LNK_JOB_RECOVERED=1``.  A runner that dies after the command ended
       but before the job left firing also has it fired again: the second
@@ -54,17 +55,21 @@ What is promised
 
 What it costs
     While idle: one ``job_due`` (a listing of the store's due index) every
-    ``poll_interval``, and one ``job_list`` of one agent's firing at most as
-    often (each agent every lapse/3, or every agents x poll_interval when
-    that is longer): at most two requests a poll, whatever the number of
-    agents (agents reached through a bridge: one listing of waiting each, a
-    poll).  Per job: take, shift, read back, remove from firing, end (5),
-    plus the takes of the runners that lost the race (``held``, one each).
+    ``poll_interval``, and a recovery step every three polls at most (the
+    scanner: its ``scheduler:recovery`` lease renewed and one agent's firing
+    listed; any other runner: one read seeing that lease held); each agent
+    is stepped on every lapse/3, or every agents x 3 x poll_interval when
+    that is longer: at most one request a poll_interval on average, whatever
+    the number of agents (agents reached through a bridge: one listing of
+    waiting each, a poll, on top).  Per job: take, claim (waiting -> firing,
+    answering the job), remove from firing, end (4 ops, about 9 bucket
+    requests), plus the takes of the runners that lost the race (``held``).
     Leases of fired jobs are ended, not removed: each job id fired leaves
     one small lease tombstone (the ops offer no conditional removal, and an
     unconditional one could drop a lease another runner has just taken),
-    reused when that id is fired again; the ``job:`` threads share the
-    agent's lease namespace with its conversations.
+    reused when that id is fired again, and deleted by ``lnk-store-admin gc``
+    (conditionally on the version it judged dead); the ``job:`` threads
+    share the agent's lease namespace with its conversations.
 
 Requests go through a ``StoreClient`` (``request(dict) -> dict``): one
 ``<driver> serve`` process per runner for every agent without a bridge, or,
@@ -87,20 +92,20 @@ import threading
 from collections.abc import Sequence
 
 from .client import program_argv
-from .scheduler_config import ConfigError, Settings, load
-from .scheduler_fire import FireCommand
-from .scheduler_log import log
-from .scheduler_runner import Runner
-from .scheduler_store import (
+from .scheduling.config import ConfigError, Settings, load
+from .scheduling.fire import FireCommand
+from .scheduling.log import log
+from .scheduling.runner import Runner
+from .scheduling.store_client import (
     Agent,
     AgentStore,
     BridgeStoreClient,
     Counted,
     PooledServeClient,
     ServeClient,
-    StoreError,
+    StoreCallError,
 )
-from .scheduler_watch import IndexSource, ListSource, Source
+from .scheduling.watch import IndexSource, ListSource, Source
 
 #: Set for the runner's own driver processes: they alone answer job_due (it names every agent's jobs).
 OWN_DRIVER_ENV = {"LNK_SCHEDULER_OPS": "1"}
@@ -175,7 +180,7 @@ def _warm(store: AgentStore, ready: threading.Event) -> None:
     """Start the renewals' driver process with one cheap request; ``ready`` once it answered."""
     try:
         store.mark()
-    except StoreError:
+    except StoreCallError:
         return  # renewals keep going through the runner's own process
     ready.set()
 

@@ -72,7 +72,7 @@ class Rig:
             "driver": self.backend.driver,
             "driver_env": self.backend.env,
             "fire": FIRE + [str(self.record)],
-            "poll_interval": 0.25,
+            "poll_interval": 1.0,  # a nudge wakes the runners for puts made here; polls only load the emulator
             **settings,
         }
         path = self.root / f"runner{n}.json"

@@ -34,8 +34,8 @@ from scheduler_rig import wait_for
 
 from cloudstore import scheduler
 from cloudstore.config_schema import Bool, Field, Int, ListOf, Nullable, Number, Obj, SchemaError, Str
-from cloudstore.scheduler_config import ConfigError, load
-from cloudstore.scheduler_store import Agent
+from cloudstore.scheduling.config import ConfigError, load
+from cloudstore.scheduling.store_client import Agent
 
 SECRETS = {"AWS_SECRET_ACCESS_KEY": "aws-secret", "GOOGLE_APPLICATION_CREDENTIALS": "/etc/gcs.json",
            "AWS_ACCESS_KEY_ID": "aws-id", "LNK_BUCKET_URL": "file:///nowhere", "UNNAMED": "x"}
@@ -60,7 +60,7 @@ def test_fire_sees_only_its_environment(tmp_path: Path, monkeypatch: pytest.Monk
               "fire_pass_env": ["HTTPS_PROXY", "NOT_SET_ANYWHERE"]}
     settings = load(["--config", write(tmp_path, config), "--fire-env", "EXTRA=1"])
     fire = scheduler.fire_command(settings)  # what the runner fires with
-    result = fire.run(Agent("o", "a"), {"id": "j", "spec": None, "due": 5}, False, stop=lambda: None)
+    result = fire.run(Agent(owner="o", id="a"), {"id": "j", "spec": None, "due": 5}, False, stop=lambda: None)
     assert result.exit == 0, result
     env = json.loads(out.read_text())
     assert not set(SECRETS) & set(env), env
@@ -203,7 +203,12 @@ def test_good_configs_still_load(tmp_path: Path) -> None:
         "keep_ending": True, "runner": "host-a",
     }
     s = load(["--config", write(tmp_path, full)])
-    assert [a.agent for a in s.agents] == [Agent(None, "a"), Agent(None, "b"), Agent("", "c"), Agent("o", "d")]
+    assert [a.agent for a in s.agents] == [
+        Agent(owner=None, id="a"),
+        Agent(owner=None, id="b"),
+        Agent(owner="", id="c"),
+        Agent(owner="o", id="d"),
+    ]
     assert s.agents[3].bridge == "/h/.link-store.sock" and s.agents[2].bridge is None
     assert s.keep_ending is True and s.workers == 2 and type(s.workers) is int
     assert s.timing.lapse == 9.0 and s.timing.max_sleep == 86400.0 and s.fire_timeout == 60.0

@@ -24,9 +24,9 @@ import pytest
 from scheduler_rig import FIRE, wait_for
 
 from cloudstore.client import ServeProcess
-from cloudstore.scheduler_config import ConfigError, load
-from cloudstore.scheduler_fire import FireCommand
-from cloudstore.scheduler_store import Agent
+from cloudstore.scheduling.config import ConfigError, load
+from cloudstore.scheduling.fire import FireCommand
+from cloudstore.scheduling.store_client import Agent
 
 
 def test_agents_from_flags_and_json(tmp_path: Path) -> None:
@@ -35,8 +35,13 @@ def test_agents_from_flags_and_json(tmp_path: Path) -> None:
                                   "driver": ["lnk-bucket-store"], "fire": ["true"], "lapse": 9}))
     s = load(["--config", str(config), "--agent", "a", "--agent", "o:b:c", "--agent", ":z", "--lapse", "3",
               "--driver-env", "K=V=W"])
-    assert [a.agent for a in s.agents] == [Agent(None, "x:y"), Agent("", "e"), Agent(None, "a"), Agent("o", "b:c"),
-                                           Agent("", "z")]
+    assert [a.agent for a in s.agents] == [
+        Agent(owner=None, id="x:y"),
+        Agent(owner="", id="e"),
+        Agent(owner=None, id="a"),
+        Agent(owner="o", id="b:c"),
+        Agent(owner="", id="z"),
+    ]
     assert s.timing.lapse == 3.0 and s.timing.poll_interval == 2.0 and s.timing.max_sleep == 30.0
     assert s.driver_env == {"K": "V=W"} and s.fire == ["true"] and s.workers == 4 and s.runner
 
@@ -76,7 +81,7 @@ def test_fire_environment_and_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     record = tmp_path / "r.jsonl"
     fire = FireCommand(FIRE + [str(record)], timeout=30)
     job = {"id": "j 1", "spec": {"k": ["é", 1.5]}, "due": 12.25}
-    for agent in (Agent(None, "a"), Agent("", "b"), Agent("o", "c")):
+    for agent in (Agent(owner=None, id="a"), Agent(owner="", id="b"), Agent(owner="o", id="c")):
         result = fire.run(agent, job, recovered=agent.id == "c", stop=lambda: None)
         assert result.exit == 0 and result.killed is None
     starts = [json.loads(line) for line in record.read_text().splitlines() if '"start"' in line]
@@ -90,7 +95,7 @@ def test_fire_timeout_kills_the_group(tmp_path: Path) -> None:
     # The shell starts a child in the same group; both must go at the timeout.
     fire = FireCommand(f"(sleep 3; touch {marker}) & sleep 30", timeout=0.5)
     clock = time.monotonic()
-    result = fire.run(Agent(None, "a"), {"id": "j", "spec": None, "due": 0}, False, stop=lambda: None)
+    result = fire.run(Agent(owner=None, id="a"), {"id": "j", "spec": None, "due": 0}, False, stop=lambda: None)
     assert result.killed == "timeout" and result.exit is not None and result.exit < 0
     assert time.monotonic() - clock < 10
     time.sleep(3.5)
@@ -105,7 +110,7 @@ def test_fire_stops_when_claim_is_lost() -> None:
         asked.append(1)
         return "lost" if len(asked) > 3 else None
 
-    result = fire.run(Agent(None, "a"), {"id": "j", "spec": None, "due": 0}, False, stop)
+    result = fire.run(Agent(owner=None, id="a"), {"id": "j", "spec": None, "due": 0}, False, stop)
     assert result.killed == "lost" and result.duration < 10
 
 

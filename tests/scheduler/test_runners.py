@@ -11,8 +11,11 @@ What each test shows:
   again by another runner (``LNK_JOB_RECOVERED=1``) once its lease lapsed,
   the killed runner's command died with it, nothing it hadn't started fired
   twice, and no job ran twice at once.
-* ``test_job_put_while_all_sleep_fires_promptly``: every runner asleep (the
-  only job due in an hour); a job put due now is fired within ~a mark interval.
+* ``test_job_put_on_this_machine_wakes_sleeping_runners``: every runner
+  asleep (the only job due in an hour, no poll for 30 s); a job put due now
+  on this machine is fired at once: its driver nudged them.
+* ``test_job_put_from_another_machine_fires_within_a_poll``: the same put
+  through a driver that nudges nobody here is found by the next poll.
 * ``test_claim_is_exclusive_while_fires_outlast_lapse``: fires that last
   longer than the lease's lapse, while the other runners' recovery tries to
   take their leases: never taken from a live runner, each fired once, no
@@ -24,8 +27,13 @@ from __future__ import annotations
 import signal
 import time
 from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from scheduler_rig import AGENTS, Rig, assert_no_overlap, intervals, key, wait_for
+
+from cloudstore.client import ServeProcess
 
 
 def put_burst(rig: Rig, n: int, start: float, spread: float, prefix: str = "j") -> set[tuple]:
@@ -121,22 +129,45 @@ def test_killed_runner_jobs_fired_by_others(rig: Rig) -> None:
     print(f"\n[{rig.backend.name}] runner killed; its job fired again {refire - killed_at:.2f}s later (lapse {lapse}s)")
 
 
-def test_job_put_while_all_sleep_fires_promptly(rig: Rig) -> None:
-    rig.put(AGENTS[0], "later", time.time() + 3600)  # job_next answers an hour from now: all sleep
+def _put_due_now_while_all_sleep(rig: Rig, put: Callable[[dict, str, float], None], **settings: Any) -> float:
+    """Three runners asleep (the only job due in an hour); a job put due now: seconds until it fired."""
+    rig.put(AGENTS[0], "later", time.time() + 3600)
     for _ in range(3):
-        rig.start_runner()
+        rig.start_runner(**settings)
     rig.wait_started()
-    time.sleep(1.0)  # well into their sleep, with a baseline mark each
+    time.sleep(1.0)  # well into their sleep
     assert rig.records() == []
     put_at = time.time()
-    rig.put(AGENTS[1], "now", put_at)
+    put(AGENTS[1], "now", put_at)
     wait_for(lambda: rig.records("start"), 30, "the job put due now to fire")
     took = rig.records("start")[0]["t"] - put_at
-    print(f"\n[{rig.backend.name}] put due now -> fire command started: {took * 1000:.0f} ms")
-    assert took < 3.0, "a protocol bound: one mark interval (0.25 s) plus a few requests"
     wait_for(lambda: rig.records("end") and rig.count(AGENTS[1], "firing") == 0, 30, "the job to finish")
     assert len(rig.records("start")) == 1
     assert rig.count(AGENTS[0], "waiting") == 1, "the job due in an hour was fired"
+    return took
+
+
+def test_job_put_on_this_machine_wakes_sleeping_runners(rig: Rig) -> None:
+    """The driver that put it nudges the runners (wake.py): their next poll is 30 s away, yet it fires at once."""
+    took = _put_due_now_while_all_sleep(rig, rig.put, poll_interval=60)
+    print(f"\n[{rig.backend.name}] put due now on this machine -> fire command started: {took * 1000:.0f} ms")
+    assert took < 3.0, "only the nudge can have woken them so soon (no poll for 30 s): a nudge, a poll, a claim"
+
+
+def test_job_put_from_another_machine_fires_within_a_poll(rig: Rig, tmp_path: Path) -> None:
+    """A put whose driver nudges no runner here (another wake folder: another machine) is found by the poll."""
+    elsewhere = ServeProcess(rig.backend.driver, {**rig.backend.env, "LNK_WAKE_DIR": str(tmp_path / "elsewhere")})
+    try:
+        def put(agent: dict, job_id: str, due: float) -> None:
+            reply = elsewhere.request({"op": "job_put", "agent": agent, "place": "waiting",
+                                       "job": {"id": job_id, "spec": None, "due": due}})
+            assert reply == {"reply": "done"}, reply
+
+        took = _put_due_now_while_all_sleep(rig, put, poll_interval=1.0)
+    finally:
+        elsewhere.close()
+    print(f"\n[{rig.backend.name}] put due now from another machine -> fire command started: {took * 1000:.0f} ms")
+    assert took < 4.0, "a protocol bound: one poll interval (1 s) plus a claim"
 
 
 def test_claim_is_exclusive_while_fires_outlast_lapse(rig: Rig) -> None:

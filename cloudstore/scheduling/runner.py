@@ -5,16 +5,16 @@ One pass of the loop (see ``scheduler`` for what it promises):
 1. Recovery, a step at a time: the ``firing`` of one agent is listed (all of
    them at start-up); a job there that this runner isn't firing, whose lease
    ``take`` gives us (nobody renewed it for a lapse: its runner died), is
-   fired again.  Steps are at least ``poll_interval`` apart, so each agent is
-   looked at every ``max(lapse/3, agents x poll_interval)``: with many agents
+   fired again.  Steps are at least three polls apart, so each agent is
+   looked at every ``max(lapse/3, agents x 3 x poll_interval)``: with many agents
    recovery slows rather than the idle cost growing.  Of the runners sharing
    an agent, one scans it (the holder of its ``scheduler:recovery`` lease).
-2. A poll (``scheduler_watch``): ONE ``job_due`` request through the runner's
+2. A poll (``scheduling.watch``): ONE ``job_due`` request through the runner's
    own driver names every agent's waiting jobs soonest first, and the runner
    keeps those of its own agents (agents reached through a bridge: one
    listing of their waiting each).
 3. Every job of ours due now is claimed, soonest first, while a worker is
-   free (``scheduler_claimer``: lease, shift, read back, fire, finish).  A
+   free (``scheduling.claiming``: lease, shift, read back, fire, finish).  A
    claim refused as ``held`` (another runner's lease) is tried again after
    ``backoff``; one refused as gone is not tried again for that index entry.
 4. Nothing claimed: sleep until the soonest due we know, the next poll, or a
@@ -32,18 +32,19 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .scheduler_claimer import Claimer, due_of
-from .scheduler_claims import Claims
-from .scheduler_fire import FireCommand
-from .scheduler_log import log
-from .scheduler_store import Agent, AgentStore, StoreError
-from .scheduler_watch import Due, Poll, Source
-from .wake import WakeListener
+from ..wake import WakeListener
+from .claim_leases import Claims
+from .claiming import Claimer, due_of
+from .fire import FireCommand
+from .log import log
+from .store_client import Agent, AgentStore, StoreCallError
+from .watch import Due, Poll, Source
 
 WORKERS = 4  # jobs a runner fires at once by default: one long fire doesn't hold up the others
 SPREAD_WINDOW = 1.0  # due jobs within one such window of seconds are claimed in a runner's own order
 STALE_POLL = 0.25  # seconds after which what a poll showed is polled afresh before claiming on
 GONE_FOR = 180.0  # an index entry refused as gone is left alone this long (the index drops it within GRACE)
+STEP_POLLS = 3  # recovery steps are at least this many poll intervals apart
 RECOVERY_THREAD = "scheduler:recovery"  # the lease naming the one runner that scans an agent's firing
 
 
@@ -126,7 +127,7 @@ class Runner:
                     wake_at = self._look()
                     if wake_at is not None:
                         self._sleep(wake_at)
-                except (StoreError, KeyError, TypeError, ValueError) as exc:  # the last three: a malformed reply
+                except (StoreCallError, KeyError, TypeError, ValueError) as exc:  # the last three: a malformed reply
                     log("store_error", runner=self.holder, error=str(exc) or repr(exc))
                     self._stop.wait(self.timing.backoff)
         finally:
@@ -217,8 +218,15 @@ class Runner:
     # -- recovery ------------------------------------------------------------
 
     def _scan_gap(self) -> float:
-        """Between recovery steps: each agent every lapse/3, but no step sooner than a poll."""
-        return max(self.timing.scan_interval / max(1, len(self.stores)), self.timing.look_interval)
+        """Between recovery steps: each agent every lapse/3, but steps at least three polls apart.
+
+        A step costs the scanner two requests (its lease renewed, the listing;
+        three the first time: the lease taken), a poll one: so idle, a runner
+        sends at most about one request a ``poll_interval`` (half a request a
+        second at the default), whatever the number of agents; with many
+        agents each is looked at less often instead.
+        """
+        return max(self.timing.scan_interval / max(1, len(self.stores)), STEP_POLLS * self.timing.look_interval)
 
     def _recovery_step(self) -> None:
         store = self.stores[self._scan_next % len(self.stores)]

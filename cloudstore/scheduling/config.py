@@ -21,7 +21,7 @@ says "no owner" (null) and any owner or id exactly::
 An agent with ``bridge`` and ``key_file`` is reached through its store bridge
 (its own socket and key); every other agent through the ONE driver process the
 runner starts (``driver`` + ``driver_env``).  The fire command gets a minimal
-environment (``scheduler_fire.BASE_ENV``), the runner's variables named in
+environment (``fire.BASE_ENV``), the runner's variables named in
 ``fire_pass_env``, and ``fire_env``: never the driver's credentials.  Flags:
 ``--agent OWNER:ID`` (split at the first colon; ``--agent ID`` without a
 colon is an agent with no owner, ``--agent :ID`` one whose owner is ""),
@@ -46,8 +46,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .client import env_pairs
-from .config_schema import (
+from ..client import env_pairs
+from ..config_schema import (
     Bool,
     ConfigFileError,
     Either,
@@ -62,9 +62,10 @@ from .config_schema import (
     Str,
     load_config,
 )
-from .scheduler_fire import JOB_VARS, base_environment, program_problem
-from .scheduler_runner import WORKERS, Timing
-from .scheduler_store import Agent
+from ..errors import CloudstoreError
+from .fire import JOB_VARS, base_environment, program_problem
+from .runner import WORKERS, Timing
+from .store_client import Agent
 
 # Upper bounds: far above any sensible setting, low enough that a huge value
 # (1e300) is refused at start-up rather than overflowing a thread's wait
@@ -140,8 +141,8 @@ SCHEMA = Obj(
 )
 
 
-class ConfigError(Exception):
-    """The settings are incomplete or wrong; the message says which."""
+class ConfigError(CloudstoreError):
+    """The runner's settings are incomplete or wrong; the message says which."""
 
 
 @dataclass(frozen=True)
@@ -168,11 +169,41 @@ class Settings:
     runner: str = ""
 
 
+EPILOG = """\
+config file (--config): one JSON object, read strictly (an unknown or repeated
+key, a wrong type or an out-of-range number stops the runner at start-up):
+  {"agents": [{"owner": null, "id": "a"},
+              {"owner": "o", "id": "c", "bridge": "/h/.link-store.sock", "key_file": "/h/c.key"}],
+   "driver": "lnk-bucket-store", "driver_env": {"LNK_BUCKET_URL": "s3://bucket/prefix"},
+   "fire": ["/usr/local/bin/fire-job"], "fire_env": {}, "fire_pass_env": [],
+   "fire_timeout": 300, "lapse": 30, "poll_interval": 2, "max_sleep": 30,
+   "workers": 4, "keep_ending": false, "runner": "host-a"}
+Flags add agents and environment entries to the file's and override the rest.
+An agent with "bridge" and "key_file" is reached through its store bridge;
+every other through this runner's own driver processes (run as
+'<driver> serve' with LNK_SCHEDULER_OPS=1).
+
+the fire command gets the job's spec (JSON) on stdin and LNK_AGENT_ID,
+LNK_JOB_ID, LNK_JOB_DUE, LNK_OWNER (when the agent has one) and
+LNK_JOB_RECOVERED=1 when a dead runner's job is fired again; a minimal
+environment otherwise (fire_env, and fire_pass_env taken from ours).
+
+promised: a due job is fired once when no runner dies, at least once when
+one does (after its lease lapses), never by two runners at the same time.
+Idle, a runner sends about one store request a poll_interval whatever the
+number of agents; a job put on this machine wakes it at once (LNK_WAKE_DIR).
+Logs: one JSON object a line on stderr; nothing on stdout. SIGTERM/SIGINT:
+stop claiming, finish the fires under way (a second signal kills).
+exit status: 0 after a signal, 2 for a bad setting.
+"""
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lnk-cloud-scheduler",
         description="Fire the due jobs of the agents bound to this machine, kept by a Link store driver.",
-        epilog="See docs/scheduler.md for the JSON config and what is promised.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", help="JSON config file (the primary interface)")
     p.add_argument("--agent", action="append", default=[], metavar="OWNER:ID",
@@ -201,12 +232,12 @@ def parser() -> argparse.ArgumentParser:
 def agent_from_flag(text: str) -> AgentConfig:
     owner, sep, agent_id = text.partition(":")
     Str().check(agent_id if sep else text, "--agent (its id)")
-    return AgentConfig(Agent(owner, agent_id) if sep else Agent(None, text))
+    return AgentConfig(Agent(owner=owner, id=agent_id) if sep else Agent(owner=None, id=text))
 
 
 def agent_from_json(value: dict[str, Any]) -> AgentConfig:
     """An agent of the config, already checked against ``AGENT``."""
-    return AgentConfig(Agent(value.get("owner"), value["id"]), value.get("bridge"), value.get("key_file"))
+    return AgentConfig(Agent(owner=value.get("owner"), id=value["id"]), value.get("bridge"), value.get("key_file"))
 
 
 def _flag(spec: Spec, value: Any, flag: str) -> Any:

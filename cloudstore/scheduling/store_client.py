@@ -14,7 +14,7 @@ object back.  Two transports fit behind that seam:
 
 ``Counted`` wraps either and counts requests by op (the benchmark reports
 requests per fired job from it), and ``AgentStore`` turns one agent's ops into
-typed calls that raise ``StoreError`` on an error reply.
+typed calls that raise ``StoreCallError`` on an error reply.
 """
 
 from __future__ import annotations
@@ -23,16 +23,21 @@ import threading
 import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .client import DriverError, ServeProcess
+from ..client import DriverError, ServeProcess
+from ..errors import CloudstoreError
+from ..validate import Agent
 
 REQUEST_TIMEOUT = 35.0  # the bridge stops a call at 30 s; a serve driver gets the same, plus slack
 
 
-class StoreError(Exception):
-    """A request got no usable reply, or an error reply; whether a write happened is unknown."""
+class StoreCallError(CloudstoreError):
+    """A runner's request got no usable reply, or an error reply; whether a write happened is unknown.
+
+    Not ``generations.StoreCallError`` (the seam's, inside a driver): the runner
+    sees the store only through a driver's or a bridge's replies.
+    """
 
 
 class StoreClient(Protocol):
@@ -68,7 +73,7 @@ class ServeClient:
         try:
             proc = self._process()
         except OSError as exc:
-            raise StoreError(f"driver {self.program!r} could not start: {exc}") from exc
+            raise StoreCallError(f"driver {self.program!r} could not start: {exc}") from exc
         try:
             reply = proc.request(request, timeout=REQUEST_TIMEOUT)
         except (DriverError, OSError, ValueError) as exc:
@@ -78,9 +83,9 @@ class ServeClient:
                 if self._proc is proc:
                     proc.kill()
                     self._proc = None
-            raise StoreError(f"driver: {exc} (outcome unknown)") from exc
+            raise StoreCallError(f"driver: {exc} (outcome unknown)") from exc
         if not isinstance(reply, dict):
-            raise StoreError(f"driver answered a non-object: {reply!r:.200}")
+            raise StoreCallError(f"driver answered a non-object: {reply!r:.200}")
         return reply
 
     def close(self) -> None:
@@ -136,7 +141,7 @@ class PooledServeClient:
 def _quietly(client: ServeClient, request: dict[str, Any]) -> None:
     try:
         client.request(request)
-    except StoreError:
+    except StoreCallError:
         pass  # it is started again on its first real request
 
 
@@ -144,7 +149,7 @@ class BridgeStoreClient:
     """One agent's store bridge behind the StoreClient seam."""
 
     def __init__(self, socket_path: str, owner: str | None, agent_id: str, key: bytes) -> None:
-        from .bridge.client import BridgeClient  # only runners configured with a bridge need it
+        from ..bridge.client import BridgeClient  # only runners configured with a bridge need it
 
         self.bridge = BridgeClient(socket_path, owner, agent_id, key, timeout=REQUEST_TIMEOUT)
 
@@ -152,7 +157,7 @@ class BridgeStoreClient:
         try:
             return self.bridge.request(request)
         except Exception as exc:  # BridgeError, OSError (no socket), socket.timeout
-            raise StoreError(f"bridge {self.bridge.socket_path}: {exc} (outcome unknown)") from exc
+            raise StoreCallError(f"bridge {self.bridge.socket_path}: {exc} (outcome unknown)") from exc
 
     def close(self) -> None:
         pass  # a connection per request: nothing kept open
@@ -175,29 +180,8 @@ class Counted:
         self.inner.close()
 
 
-@dataclass(frozen=True)
-class Agent:
-    """An agent as the wire names it: (owner or None, id)."""
-
-    owner: str | None
-    id: str
-
-    def wire(self) -> dict[str, Any]:
-        return {"id": self.id, "owner": self.owner}
-
-    def label(self) -> str:
-        """For logs: ``owner/id``, or ``id`` alone when there is no owner."""
-        return self.id if self.owner is None else f"{self.owner}/{self.id}"
-
-    def due_token(self) -> str:
-        """How the store's due index names this agent (``job_due``'s ``agent``)."""
-        from .keys import AgentKeys
-
-        return AgentKeys("", self.owner, self.id).due_token()
-
-
 class AgentStore:
-    """One agent's ops through its client; an error reply raises StoreError."""
+    """One agent's ops through its client; an error reply raises StoreCallError."""
 
     def __init__(self, agent: Agent, client: StoreClient, own_driver: bool = False) -> None:
         self.agent = agent
@@ -208,7 +192,7 @@ class AgentStore:
     def op(self, op: str, **args: Any) -> dict[str, Any]:
         reply = self.client.request({"op": op, "agent": self.agent.wire(), **args})
         if reply.get("reply") == "error":
-            raise StoreError(f"{op} for {self.agent.label()}: {reply.get('error')}")
+            raise StoreCallError(f"{op} for {self.agent.label()}: {reply.get('error')}")
         return reply
 
     def mark(self) -> int:

@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .scheduler_store import Agent
+from .store_client import Agent
 
 GRACE = 2.0  # seconds between SIGTERM and SIGKILL for a fire past its timeout
 POLL = 0.05  # how often a worker looks at its fire's claim while it runs

@@ -26,8 +26,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from .scheduler_log import log
-from .scheduler_store import AgentStore, StoreError
+from .log import log
+from .store_client import AgentStore, StoreCallError
 
 FENCE = 2 / 3  # of the lapse: kill a fire whose claim is this stale (leaves lapse/3 for skew and the kill)
 THREAD_PREFIX = "job:"
@@ -109,7 +109,7 @@ class Claims:
         self.forget(claim)
         try:
             claim.store.end(claim.thread, self.holder)
-        except StoreError as exc:
+        except StoreCallError as exc:
             log("lease_end_failed", agent=claim.store.agent.label(), job=claim.job_id, error=str(exc))
 
     def forget(self, claim: Claim) -> None:
@@ -135,7 +135,7 @@ class Claims:
                 sent = time.monotonic()
                 try:
                     renewed = self.renew_via(claim.store).renew(claim.thread, self.holder)
-                except StoreError as exc:
+                except StoreCallError as exc:
                     log("lease_renew_failed", agent=claim.store.agent.label(), job=claim.job_id, error=str(exc))
                     continue
                 if renewed:

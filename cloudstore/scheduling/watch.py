@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .scheduler_claimer import due_of
-from .scheduler_store import Agent, AgentStore
+from .claiming import due_of
+from .store_client import Agent, AgentStore
 
 PAGE = 100  # job_due entries a request
 PAGES = 10  # pages at most a poll, past a backlog of other agents' due jobs
@@ -102,6 +102,6 @@ class ListSource:
 
 def _hashed_id(job_id: str) -> bool:
     """Whether the index keeps this id only as a hash (so a listing, not the index, names it)."""
-    from .keys import is_hashed, name_part
+    from ..keys import is_hashed, name_part
 
     return is_hashed(name_part(job_id))

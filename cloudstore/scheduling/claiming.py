@@ -26,10 +26,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .scheduler_claims import Claim, Claims
-from .scheduler_fire import FireCommand
-from .scheduler_log import log
-from .scheduler_store import Agent, AgentStore, StoreError
+from .claim_leases import Claim, Claims
+from .fire import FireCommand
+from .log import log
+from .store_client import Agent, AgentStore, StoreCallError
 
 EARLY = 0.001  # a job read back from firing due later than this past now was replaced: it isn't due
 
@@ -113,7 +113,7 @@ class Claimer:
                 self._leave(store.agent, job_id)
                 return "held"
             job = store.get("firing", job_id)  # still there now that the lease is ours?
-        except StoreError:
+        except StoreCallError:
             if claim is not None:
                 self.claims.forget(claim)  # where the job is is unknown: the lease lapses, recovery looks
             self._leave(store.agent, job_id)
@@ -139,7 +139,7 @@ class Claimer:
                     self._fire_and_finish(store, job, claim, recovered)  # frees the slot and the job
                     return
                 outcome = "gone"
-        except StoreError as exc:
+        except StoreCallError as exc:
             if claim is not None:
                 self.claims.forget(claim)  # where the job is is unknown: the lease lapses, recovery looks
             log("claim_failed", runner=self.holder, agent=store.agent.label(), job=job_id, error=str(exc))
@@ -196,7 +196,7 @@ class Claimer:
                 self.claims.forget(claim)
                 return
             self._finish(store, job_id, claim)
-        except StoreError as exc:
+        except StoreCallError as exc:
             log("finish_failed", runner=self.holder, agent=agent.label(), job=job_id, error=str(exc))
             self.claims.forget(claim)
         except Exception as exc:  # a bug must not keep the slot taken
