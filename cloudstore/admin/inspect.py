@@ -1,0 +1,214 @@
+"""``inspect``: what a store holds, per agent and in total, read through the drivers' own ops.
+
+Whatever an op tells (conversations and their lengths, live leases, jobs per
+place, files, tools narrowings) is asked of ``Service`` exactly as a driver
+would answer it, so the report shows what agents see.  Only what no op
+tells comes from key listings: which agents exist, ended-lease heads, the
+shared due index, object counts and bytes.
+
+Reading through ops is not side-effect free, by the drivers' own design:
+``threads``/``last`` roll forward a removal a crash left half-done, and
+``job_list`` sweeps job-record tombstones older than an hour.  Both are what
+any reader of the store does; neither changes what an op answers.
+``job_next`` is never called (it deletes stale index entries): the index
+is read from its listing instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import defaultdict
+from typing import Any
+
+from ..due_index import GRACE, unsortable
+from ..heads import has_lease
+from ..keys import due_root
+from .walk import KINDS, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel
+
+PLACES = ("waiting", "firing", "ending")
+
+
+def tombstone_head(head: Any) -> bool:
+    """A head that says no more than an absent head would: no lease, epoch 0, nothing pending.
+
+    Such a head is what an ended lease leaves on a conversation that was never
+    removed (the scheduler leaves one per job id it fires).  Deleting it
+    changes no answer of any op: an absent head reads as ``{"thread", "epoch": 0}``.
+    Any other field (a packing hint, a removal record, an unknown field) keeps it.
+    """
+    return (isinstance(head, dict) and not has_lease(head) and set(head) <= {"thread", "epoch"}
+            and head.get("epoch", 0) == 0)
+
+
+def _agent_report(opened: Opened, agent: ListedAgent, keys: list[Key], lapse_ms: int, now_ms: int) -> dict:
+    out: dict[str, Any] = {
+        "owner_part": agent.owner_part, "id_part": agent.id_part,
+        "objects": len(keys), "bytes": sum(k.size for k in keys),
+    }
+    name = agent.name
+    heads = [k for k in keys if k.kind == "head"]
+    head_values = parallel(lambda k: _json_or_none(opened, k), heads)
+    out["heads"] = len(heads)
+    out["lease_tombstones"] = sum(1 for h in head_values if tombstone_head(h))
+    out["removals_pending"] = sum(len(h.get("removed", [])) for h in head_values if isinstance(h, dict))
+    if name is None:  # a hashed agent: no op can name it; counts from keys only
+        out.update({"owner": None, "id": None, "hashed": True})
+        counts = {kind: sum(1 for k in keys if k.kind == kind) for kind in KINDS}
+        out["kinds"] = {kind: n for kind, n in counts.items() if n}
+        return out
+    out.update({"owner": name["owner"], "id": name["id"], "hashed": False})
+    out["conversations"] = opened.op(name, "threads")["threads"]
+    out["events"] = sum(t["last"] for t in out["conversations"])
+    leases = opened.op(name, "leases", lapse_ms=lapse_ms)["leases"]
+    for lease in leases:
+        renewed_ms = round(lease["renewed"] * 1000)
+        lease["left_ms"] = max(0, lapse_ms - (now_ms - renewed_ms))
+    out["leases"] = leases
+    out["ended_leases"] = len(heads) - len(leases)
+    jobs: dict[str, Any] = {}
+    for place in PLACES:
+        listed = opened.op(name, "job_list", place=place)["jobs"]
+        dues = [j["due"] for j in listed]
+        jobs[place] = {"count": len(listed), "soonest": min(dues) if dues else None}
+    out["jobs"] = jobs
+    paths: list[str] = []
+    for folder in ("instructions", "skills"):
+        try:
+            paths += opened.op(name, "file_list", folder=folder)["files"]
+        except OpError as exc:  # over 4,096 files: the op refuses rather than cut the list
+            out.setdefault("errors", []).append(str(exc))
+    files = parallel(lambda p: opened.op(name, "file_read", path=p)["file"], paths)
+    out["files"] = {
+        "count": sum(1 for f in files if f is not None),
+        "bytes": sum(len(base64.b64decode(f["data"])) for f in files if f is not None),
+    }
+    out["tools"] = opened.op(name, "tools_list")["narrowed"]
+    return out
+
+
+def _json_or_none(opened: Opened, key: Key) -> Any:
+    obj = opened.store.get(key.key)
+    if obj is None:
+        return None
+    try:
+        return json.loads(obj.data)
+    except ValueError:
+        return None
+
+
+def due_report(opened: Opened, keys: list[Key], now: float) -> dict:
+    """The shared index from its listing: entries, the soonest due, and entries no job record names."""
+    root = due_root(opened.root)
+    entries = [k for k in keys if k.kind == "due"]
+    records: dict[str, list[Key]] = defaultdict(list)
+    for k in entries:
+        records[record_key(opened.root, k.key)].append(k)
+    names = dict(zip(records, parallel(lambda rk: named_entry(opened, rk), list(records)), strict=True))
+    unnamed = [k for k in entries if names[record_key(opened.root, k.key)] != k.key]
+    return {
+        "entries": len(entries),
+        "soonest": unsortable(entries[0].key[len(root):].split("/", 1)[0]) if entries else None,
+        "unnamed": len(unnamed),
+        "unnamed_past_grace": sum(1 for k in unnamed if now - k.modified >= GRACE),
+    }
+
+
+def record_key(root: str, entry: str) -> str:
+    """The job record a due-index entry belongs to (``_due/<due>/<owner>/<id>/<job>/<nonce>``)."""
+    owner, agent_id, job = entry[len(due_root(root)):].split("/")[1:4]
+    return f"{root}a/{owner}/{agent_id}/j/{job}"
+
+
+def named_entry(opened: Opened, record: str) -> str | None:
+    """The due-index entry a job record names for its waiting place, or None."""
+    obj = opened.store.get(record)
+    if obj is None:
+        return None
+    try:
+        waiting = json.loads(obj.data).get("places", {}).get("waiting")
+    except (ValueError, AttributeError):
+        return None
+    return waiting.get("entry") if isinstance(waiting, dict) else None
+
+
+def inspect(opened: Opened, lapse_ms: int = 30_000) -> dict:
+    """The whole report as one JSON-able document."""
+    keys = list_all(opened)
+    now = opened.store.clock.now()
+    by_agent: dict[tuple[str, str], list[Key]] = defaultdict(list)
+    for k in keys:
+        if k.agent is not None:
+            by_agent[k.agent].append(k)
+    agents = agents_of(keys)
+    reports = [_agent_report(opened, a, by_agent[(a.owner_part, a.id_part)], lapse_ms, int(now * 1000))
+               for a in agents]
+    kinds: dict[str, dict[str, int]] = {}
+    for k in keys:
+        slot = kinds.setdefault(k.kind, {"objects": 0, "bytes": 0})
+        slot["objects"] += 1
+        slot["bytes"] += k.size
+    return {
+        "store": opened.url,
+        "lapse_ms": lapse_ms,
+        "agents": reports,
+        "due_index": due_report(opened, keys, now),
+        "totals": {
+            "agents": len(agents),
+            "objects": len(keys),
+            "bytes": sum(k.size for k in keys),
+            "kinds": {kind: kinds[kind] for kind in KINDS if kind in kinds},
+        },
+    }
+
+
+def _due(value: Any) -> str:
+    if value is None:
+        return "-"
+    import datetime
+
+    try:
+        return f"{value} ({datetime.datetime.fromtimestamp(float(value), datetime.timezone.utc):%Y-%m-%d %H:%M:%S}Z)"
+    except (OverflowError, ValueError, OSError):
+        return str(value)
+
+
+def table(report: dict) -> str:
+    """The report for people: one block per agent, then the index and the totals."""
+    lines = [f"store {report['store']}  (lapse judged at {report['lapse_ms']} ms)", ""]
+    for a in report["agents"]:
+        if a["hashed"]:
+            lines.append(f"agent (hashed name) {a['owner_part']}/{a['id_part']}: {a['objects']} objects, "
+                         f"{a['bytes']} bytes; no op can name it: {a['kinds']}")
+            lines.append("")
+            continue
+        owner = "(no owner)" if a["owner"] is None else repr(a["owner"])
+        lines.append(f"agent {a['id']!r} owner {owner}: {a['objects']} objects, {a['bytes']} bytes")
+        lines.append(f"  conversations {len(a['conversations'])}, events {a['events']}")
+        for t in a["conversations"]:
+            lines.append(f"    {t['thread']!r:40} {t['last']:>8} events")
+        lines.append(f"  leases {len(a['leases'])} live, {a['ended_leases']} heads without one "
+                     f"({a['lease_tombstones']} tombstones gc may delete), {a['removals_pending']} removals pending")
+        for lease in a["leases"]:
+            state = "lapsed" if lease["lapsed"] else f"{lease['left_ms'] / 1000:.1f}s left"
+            lines.append(f"    {lease['thread']!r:40} held by {lease['holder']!r} ({state})")
+        counts = ", ".join(f"{p} {a['jobs'][p]['count']}" for p in PLACES)
+        lines.append(f"  jobs {counts}; soonest waiting {_due(a['jobs']['waiting']['soonest'])}")
+        for p in ("firing", "ending"):
+            if a["jobs"][p]["count"]:
+                lines.append(f"    soonest {p}: {_due(a['jobs'][p]['soonest'])}")
+        lines.append(f"  files {a['files']['count']}, {a['files']['bytes']} bytes")
+        lines.append(f"  tools narrowed in {len(a['tools'])} conversations")
+        for thread, tools in sorted(a["tools"].items()):
+            lines.append(f"    {thread!r:40} {', '.join(tools) or '(none)'}")
+        for err in a.get("errors", []):
+            lines.append(f"  ! {err}")
+        lines.append("")
+    d = report["due_index"]
+    lines.append(f"due index: {d['entries']} entries, soonest {_due(d['soonest'])}, "
+                 f"{d['unnamed']} no job names ({d['unnamed_past_grace']} past the {GRACE:.0f} s grace)")
+    t = report["totals"]
+    lines.append(f"totals: {t['agents']} agents, {t['objects']} objects, {t['bytes']} bytes")
+    for kind, v in t["kinds"].items():
+        lines.append(f"  {kind:8} {v['objects']:>9} objects {v['bytes']:>12} bytes")
+    return "\n".join(lines)

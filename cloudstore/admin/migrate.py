@@ -1,0 +1,329 @@
+"""``migrate``: copy a whole store between any two of file://, s3://, gs://, resumably, then verify.
+
+How it copies.  Key by key, the stored bytes as they are (the seam's frame
+included: nonce and lineage travel with the object), each written with
+``Create`` (only if absent), on a few threads.  A key already there is
+compared byte for byte with what would be written: equal is skipped (a
+resumed run), different is a conflict (overwritten only with ``--force``).
+An interrupted run is resumed by running it again: every key it finished is
+found equal and skipped, the rest are copied.  Nothing is ever deleted in
+the destination, so a run cut anywhere loses nothing.
+
+Do stored bodies refer to backend-specific things?  No body holds a version
+(generation, ETag or nonce of another object): leases, removal records,
+packing hints, files' versions and marks are the drivers' own counters and
+times, in the body.  Lineage tags are nonces in the bodies themselves, so
+they are the same on every backend.  But one body holds another object's
+*key*: a job record's waiting place names its due-index entry by its whole
+key, store prefix included (``<prefix>_due/...``).  Copied as is into a store
+with another prefix, the record would name an entry that is not there, and
+``job_next`` would treat the real entry as stale and delete it after a
+minute: a waiting job would then never be answered again.  So job records are
+translated: each ``entry`` under the source's ``_due/`` is rewritten under the
+destination's, the rest of the record byte for byte, re-framed with the same
+nonce and lineage (deterministic, so a resumed run still finds it equal).
+Listing times are not carried (a backend sets its own): the only reader of
+them is the due index's grace for entries no record names, which restarts.
+
+The marker.  A non-empty destination is refused, unless ``--force`` or it is
+a migration of the same source being resumed: the first run writes
+``<dst prefix>_admin/migrate`` naming the source before copying anything, and
+a run finding it (and the same source) resumes.  The marker is deleted once
+the copy is verified, leaving the destination exactly a store.
+
+The destination must not be used, and the source not written, until migrate
+says the stores are equal: verification reads both through the drivers' ops
+and reports every difference (exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..generations import (
+    AlreadyExists,
+    Create,
+    NotFound,
+    Overwrite,
+    PreconditionFailed,
+    RetryPolicy,
+    StoreUnavailable,
+    Transient,
+    failpoint,
+    frame,
+    unframe,
+)
+from ..keys import due_root
+from ..validate import compact
+from .progress import Progress
+from .verify import compare
+from .walk import ADMIN_PREFIX, WORKERS, Key, Opened, bounded, list_all, open_url
+
+#: The marker a migration writes in its destination first (below the destination's prefix).
+MARKER = ADMIN_PREFIX + "migrate"
+#: Tests only: the process kills itself (SIGKILL) once this many objects are done, as a crash would.
+FAILPOINT = "LNK_ADMIN_FAILPOINT"
+
+
+class Refused(Exception):
+    """The destination is not one migrate may write into (the message says why and what to do)."""
+
+
+class Raw:
+    """One store's framed bytes as stored, with the seam's retry policy (no re-framing).
+
+    ``RetryingStore`` frames every payload it writes with a fresh nonce; a copy
+    must keep the object's own frame, so it talks to the backend directly.
+    """
+
+    def __init__(self, opened: Opened, policy: RetryPolicy = RetryPolicy()) -> None:
+        self.backend = opened.store.backend
+        self.policy = policy
+
+    def _retry(self, fn: Callable[[], Any], what: str) -> Any:
+        import tenacity
+
+        p = self.policy
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(Transient),
+            stop=tenacity.stop_after_attempt(p.attempts) | tenacity.stop_after_delay(p.deadline),
+            wait=tenacity.wait_random_exponential(multiplier=p.first_delay, max=p.max_delay),
+            reraise=True,
+        )
+        try:
+            return retrying(fn)
+        except Transient as exc:
+            raise StoreUnavailable(f"the store kept failing ({what}: {exc})", True) from exc
+
+    def get(self, key: str) -> bytes | None:
+        got = self._retry(lambda: self.backend.get(key), "get")
+        return None if got is None else got[0]
+
+    def create(self, key: str, raw: bytes) -> bool:
+        """Write if absent; False when something is there (perhaps our own retried write: compare)."""
+        try:
+            self._retry(lambda: self.backend.put(key, raw, Create()), "put")
+            return True
+        except AlreadyExists:
+            return False
+
+    def overwrite(self, key: str, raw: bytes) -> None:
+        self._retry(lambda: self.backend.put(key, raw, Overwrite()), "put")
+
+
+def translator(src_root: str, dst_root: str) -> Callable[[Key, bytes], bytes]:
+    """What the destination must hold for a source object: its bytes, job records' entry keys moved."""
+    old, new = due_root(src_root), due_root(dst_root)
+
+    def translate(key: Key, raw: bytes) -> bytes:
+        if old == new or key.kind != "job" or not raw.startswith(b"cs2 "):
+            return raw
+        nonce, history, payload = unframe(raw)
+        if frame(nonce, payload, history) != raw:
+            return raw  # a frame this code cannot reproduce: keep it (verification will say)
+        try:
+            record = json.loads(payload)
+        except ValueError:
+            return raw
+        if not isinstance(record, dict) or compact(record).encode("ascii") != payload:
+            return raw
+        changed = False
+        for entry in (record.get("places") or {}).values():
+            if isinstance(entry, dict) and isinstance(entry.get("entry"), str) and entry["entry"].startswith(old):
+                entry["entry"] = new + entry["entry"][len(old):]
+                changed = True
+        return frame(nonce, compact(record).encode("ascii"), history) if changed else raw
+
+    return translate
+
+
+def expectation(src: Opened, dst: Opened, src_keys: list[Key]) -> Callable[[Key], bytes | None]:
+    """For a destination key, the bytes it must hold: its source object's, translated (None: no source)."""
+    by_rel = {k.rel: k for k in src_keys}
+    raw_src, translate = Raw(src), translator(src.root, dst.root)
+
+    def expected(key: Key) -> bytes | None:
+        src_key = by_rel.get(key.rel)
+        raw = None if src_key is None else raw_src.get(src_key.key)
+        return None if raw is None or src_key is None else translate(src_key, raw)
+
+    return expected
+
+
+@dataclass
+class Summary:
+    """What a migration did, for the report at its end."""
+
+    source: str
+    destination: str
+    objects: int = 0
+    copied: int = 0
+    equal: int = 0
+    overwritten: int = 0
+    conflicts: list[str] = field(default_factory=list)
+    vanished: int = 0
+    extra: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    resumed: bool = False
+    agents_compared: int = 0
+    problems: list[str] = field(default_factory=list)
+    verify_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.conflicts and not self.problems
+
+    def as_dict(self) -> dict:
+        rate = self.objects / self.seconds if self.seconds > 0 else 0.0
+        return {
+            "source": self.source, "destination": self.destination, "resumed": self.resumed,
+            "objects": self.objects, "copied": self.copied, "already_equal": self.equal,
+            "overwritten": self.overwritten, "conflicts": len(self.conflicts), "vanished": self.vanished,
+            "extra_in_destination": self.extra, "bytes": self.bytes, "seconds": round(self.seconds, 3),
+            "objects_per_second": round(rate, 1), "verify_seconds": round(self.verify_seconds, 3),
+            "agents_compared": self.agents_compared, "mismatches": len(self.problems), "ok": self.ok,
+        }
+
+
+def _where(opened: Opened) -> str:
+    loc = opened.location
+    return f"{loc.scheme}://{loc.bucket}/{loc.prefix}" if loc.scheme != "file" else f"file://{loc.bucket}/"
+
+
+def _overlap(a: Opened, b: Opened) -> bool:
+    """Whether one store lies inside the other (a copy would read its own output)."""
+    la, lb = a.location, b.location
+    if la.scheme != lb.scheme:
+        return False
+    if la.scheme == "file":
+        pa, pb = la.bucket.rstrip("/") + "/", lb.bucket.rstrip("/") + "/"
+        return pa.startswith(pb) or pb.startswith(pa)
+    return la.bucket == lb.bucket and (la.prefix.startswith(lb.prefix) or lb.prefix.startswith(la.prefix))
+
+
+def migrate(src_url: str, dst_url: str, force: bool = False, workers: int = WORKERS,
+            log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> Summary:
+    """Copy, resume, verify: see the module docstring."""
+    src, dst = open_url(src_url, "SRC"), open_url(dst_url, "DST")
+    if _overlap(src, dst):
+        raise Refused("the source and the destination overlap (one lies inside the other)")
+    summary = Summary(_where(src), _where(dst))
+    src_keys = [k for k in list_all(src) if k.kind != "admin"]
+    dst_listed = list_all(dst)
+    dst_data = [k for k in dst_listed if k.kind != "admin"]
+    marker_key = dst.root + MARKER
+    marker = dst.store.get(marker_key)
+    named = None
+    if marker is not None:
+        try:
+            named = json.loads(marker.data).get("source")
+        except (ValueError, AttributeError):
+            named = None
+    summary.resumed = named == summary.source
+    if dst_data and not summary.resumed and not force:
+        other = f" (a migration from {named} was under way)" if named else ""
+        raise Refused(f"the destination holds {len(dst_data)} objects{other}; "
+                      "use --force to copy into it anyway (nothing there is deleted; keys that differ are overwritten)")
+    if not summary.resumed:
+        body = compact({"source": summary.source, "started": time.time()}).encode("ascii")
+        marker = dst.store.put(marker_key, body, Create() if marker is None else Overwrite())
+    log(f"{'resuming' if summary.resumed else 'starting'} migration of {len(src_keys)} objects "
+        f"from {summary.source} to {summary.destination}")
+
+    translate = translator(src.root, dst.root)
+    src_raw, dst_raw = Raw(src), Raw(dst)
+    present = {k.rel for k in dst_data}
+    summary.extra = len(present - {k.rel for k in src_keys})
+    progress = Progress(len(src_keys))
+    stop_after = os.environ.get(FAILPOINT, "")
+    die_at = int(stop_after) if stop_after.isdigit() else None
+    started = time.monotonic()
+
+    def copy(key: Key) -> tuple[str, int, str]:
+        raw = src_raw.get(key.key)
+        if raw is None:
+            return "vanished", 0, key.rel
+        want = translate(key, raw)
+        target = dst.root + key.rel
+        if key.rel not in present and dst_raw.create(target, want):
+            outcome = "copied"
+        else:
+            got = dst_raw.get(target)
+            if got is None and dst_raw.create(target, want):
+                outcome = "copied"
+            elif got == want:
+                outcome = "equal"
+            elif force:
+                dst_raw.overwrite(target, want)
+                outcome = "overwritten"
+            else:
+                outcome = "conflict"
+        done = progress.add(1, len(want) if outcome in ("copied", "overwritten") else 0)
+        if die_at is not None and done >= die_at:
+            failpoint()
+        return outcome, len(want), key.rel
+
+    for outcome, size, rel in bounded(copy, src_keys, workers):
+        summary.objects += 1
+        if outcome == "copied":
+            summary.copied += 1
+            summary.bytes += size
+        elif outcome == "overwritten":
+            summary.overwritten += 1
+            summary.bytes += size
+        elif outcome == "equal":
+            summary.equal += 1
+        elif outcome == "vanished":
+            summary.vanished += 1
+        else:
+            summary.conflicts.append(rel)
+    progress.close()
+    summary.seconds = time.monotonic() - started
+    for rel in summary.conflicts:
+        log(f"conflict: {rel} differs in the destination (kept; --force overwrites)")
+
+    log("verifying through the drivers' ops on both sides")
+    began = time.monotonic()
+    expected = expectation(src, dst, src_keys)
+    after = [k for k in list_all(dst) if k.kind != "admin"]
+    summary.problems, summary.agents_compared = compare(src, dst, src_keys, after, expected)
+    summary.verify_seconds = time.monotonic() - began
+    for problem in summary.problems:
+        log(f"mismatch: {problem}")
+    if summary.ok and marker is not None and marker.version is not None:
+        try:
+            dst.store.delete(marker_key, marker.version)
+        except (PreconditionFailed, NotFound):
+            pass  # another run's marker now, or gone: not ours to delete
+    elif summary.ok:
+        current = dst.store.get(marker_key)
+        if current is not None and current.version is not None:
+            try:
+                dst.store.delete(marker_key, current.version)
+            except (PreconditionFailed, NotFound):
+                pass
+    return summary
+
+
+def text(summary: Summary) -> str:
+    """The summary for people."""
+    d = summary.as_dict()
+    lines = [
+        f"migrated {d['source']} -> {d['destination']}{' (resumed)' if d['resumed'] else ''}",
+        f"objects {d['objects']}: copied {d['copied']}, already there {d['already_equal']}, "
+        f"overwritten {d['overwritten']}, conflicts {d['conflicts']}, vanished {d['vanished']}; "
+        f"{d['extra_in_destination']} other objects in the destination left alone",
+        f"{d['bytes']} bytes in {d['seconds']} s: {d['objects_per_second']} objects/s",
+        f"verified {d['agents_compared']} agents in {d['verify_seconds']} s: "
+        + ("equal" if not d["mismatches"] else f"{d['mismatches']} MISMATCHES"),
+    ]
+    if d["conflicts"]:
+        lines.append("FAILED: conflicting objects in the destination")
+    return "\n".join(lines)

@@ -1,0 +1,158 @@
+"""Comparing two stores through the drivers' own ops: what agents would see on each side.
+
+Every agent found on either side is asked, on both: ``threads`` and a
+``read`` of every conversation (all events), ``leases``, ``job_list`` of every
+place, ``job_day``, ``job_mark``, ``tools_list``, and ``file_read`` of every
+file path either side holds (paths from ``file_list``, or from keys where a
+folder holds more than ``file_list`` may answer).  The due index, which no
+per-agent op shows whole, is checked for consistency: every waiting job's
+record names an entry that exists on its side.  Agents whose names are
+hashed (no op can name them) are compared key by key instead, by payload.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ..keys import decode_path
+from .inspect import PLACES
+from .walk import Key, ListedAgent, Opened, OpError, agents_of, parallel
+
+
+def _op_or_error(opened: Opened, agent: dict, op: str, **args: Any) -> Any:
+    try:
+        return opened.op(agent, op, **args)
+    except OpError as exc:
+        return {"error": str(exc)}
+
+
+def _sorted_jobs(reply: dict) -> Any:
+    if "jobs" not in reply:
+        return reply
+    return sorted(reply["jobs"], key=lambda j: j["id"])
+
+
+def _paths(opened: Opened, agent: dict, keys: list[Key]) -> set[str]:
+    """Every live file path of ``agent``: ``file_list`` per folder, or decoded keys past its limit."""
+    paths: set[str] = set()
+    for folder in ("instructions", "skills"):
+        reply = _op_or_error(opened, agent, "file_list", folder=folder)
+        if "files" in reply:
+            paths.update(reply["files"])
+            continue
+        base = f"{opened.root}a/"  # past 4,096 files: names from keys (hashed ones from their headers)
+        for k in keys:
+            if k.kind != "file" or not k.key.startswith(base):
+                continue
+            part = "/".join(k.parts[4:])
+            if part.startswith("~/"):
+                obj = opened.store.get(k.key, 8192)
+                if obj is not None:
+                    paths.add(json.loads(obj.data.partition(b"\n")[0])["path"])
+            else:
+                paths.add(decode_path(part))
+    return paths
+
+
+def compare_agent(src: Opened, dst: Opened, agent: dict, src_keys: list[Key], dst_keys: list[Key]) -> list[str]:
+    """The differences one agent would see between the two stores (empty when equal)."""
+    out: list[str] = []
+    label = f"agent {agent!r}"
+
+    def same(what: str, get: Callable[[Opened], Any]) -> Any:
+        a, b = get(src), get(dst)
+        if a != b:
+            out.append(f"{label}: {what} differs: source {_short(a)}, destination {_short(b)}")
+        return a
+
+    def ask(op: str, **args: Any) -> Callable[[Opened], Any]:
+        return lambda o: _op_or_error(o, agent, op, **args)
+
+    threads = same("threads", ask("threads"))
+    names = sorted({t["thread"] for t in threads.get("threads", [])}) if isinstance(threads, dict) else []
+    for thread in names:
+        same(f"events of {thread!r}", ask("read", thread=thread))
+    same("leases", lambda o: [{k: v for k, v in lease.items() if k != "lapsed"}
+                              for lease in _op_or_error(o, agent, "leases", lapse_ms=0).get("leases", [])])
+    for place in PLACES:
+        same(f"jobs in {place}", _then(ask("job_list", place=place), _sorted_jobs))
+    same("job_day", ask("job_day"))
+    same("job_mark", ask("job_mark"))
+    same("tools", ask("tools_list"))
+    paths = sorted(_paths(src, agent, src_keys) | _paths(dst, agent, dst_keys))
+    reads = parallel(lambda p: (p, _op_or_error(src, agent, "file_read", path=p),
+                                _op_or_error(dst, agent, "file_read", path=p)), paths)
+    for path, a, b in reads:
+        if a != b:
+            out.append(f"{label}: file {path!r} differs: source {_short(a)}, destination {_short(b)}")
+    return out
+
+
+def _then(first: Callable[[Opened], Any], then: Callable[[Any], Any]) -> Callable[[Opened], Any]:
+    return lambda o: then(first(o))
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def due_consistency(opened: Opened, keys: list[Key]) -> list[str]:
+    """Every waiting job's record names a due-index entry that exists: else ``job_next`` would miss it."""
+    present = {k.key for k in keys if k.kind == "due"}
+    jobs = [k for k in keys if k.kind == "job"]
+    out = []
+    for k, obj in zip(jobs, parallel(lambda k: opened.store.get(k.key), jobs), strict=True):
+        if obj is None:
+            continue
+        waiting = json.loads(obj.data).get("places", {}).get("waiting")
+        entry = waiting.get("entry") if isinstance(waiting, dict) else None
+        if waiting is not None and entry not in present:
+            out.append(f"{opened.url}: waiting job {k.rel} names the due entry {entry!r}, which is not there")
+    return out
+
+
+def compare(src: Opened, dst: Opened, src_keys: list[Key], dst_keys: list[Key],
+            expected: Callable[[Key], bytes | None]) -> tuple[list[str], int]:
+    """Every difference between the two stores as agents see them; and how many agents were compared."""
+    def by_agent(keys: list[Key]) -> dict[tuple[str, str], list[Key]]:
+        out: dict[tuple[str, str], list[Key]] = {}
+        for k in keys:
+            if k.agent is not None:
+                out.setdefault(k.agent, []).append(k)
+        return out
+
+    src_by, dst_by = by_agent(src_keys), by_agent(dst_keys)
+    only_dst = [a for a in agents_of(dst_keys) if (a.owner_part, a.id_part) not in src_by]
+    agents: list[ListedAgent] = agents_of(src_keys) + only_dst
+    problems: list[str] = []
+
+    def one(agent: ListedAgent) -> list[str]:
+        parts = (agent.owner_part, agent.id_part)
+        name = agent.name
+        if name is not None:
+            return compare_agent(src, dst, name, src_by.get(parts, []), dst_by.get(parts, []))
+        return _compare_keys(dst, src_by.get(parts, []), dst_by.get(parts, []), expected, agent.label)
+
+    for found in parallel(one, agents, workers=4):
+        problems.extend(found)
+    problems += due_consistency(dst, dst_keys)
+    return problems, len(agents)
+
+
+def _compare_keys(dst: Opened, src_keys: list[Key], dst_keys: list[Key],
+                  expected: Callable[[Key], bytes | None], label: str) -> list[str]:
+    """A hashed agent, key by key: the destination holds exactly the (translated) source objects."""
+    out = []
+    src_rel = {k.rel: k for k in src_keys}
+    dst_rel = {k.rel: k for k in dst_keys}
+    for rel in sorted(set(src_rel) ^ set(dst_rel)):
+        out.append(f"{label}: key {rel} is on one side only")
+    for rel in sorted(set(src_rel) & set(dst_rel)):
+        want = expected(src_rel[rel])
+        got = dst.store.backend.get(dst_rel[rel].key)
+        if want is None or got is None or got[0] != want:
+            out.append(f"{label}: key {rel} differs")
+    return out
