@@ -57,11 +57,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from cloudstore.client import ServeProcess, call_once, driver_env
-from cloudstore.emulators import Emulator, start_fake_gcs, start_moto
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults is not an installed package
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults, tests/emulators.py: not installed
 
+from emulators import Emulator, start_fake_gcs, start_moto  # noqa: E402
 from faults.http_proxy import FaultProxy  # noqa: E402
 
 AGENT = {"id": "bench", "owner": "bench"}

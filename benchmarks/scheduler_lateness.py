@@ -38,8 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from cloudstore.client import ServeProcess
-from cloudstore.emulators import Emulator, start_fake_gcs, start_moto
-from cloudstore.scheduler_runner import WORKERS
+from cloudstore.scheduling.runner import WORKERS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from emulators import Emulator, start_fake_gcs, start_moto  # noqa: E402  (tests/emulators.py: not installed)
 
 AGENTS = [{"owner": None, "id": "a"}, {"owner": "o", "id": "b"}]
 RECORDER = (

@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from .generations import Backend
     from .settings import Location
 
-__all__ = ["AsyncAgent", "AsyncStore", "open"]
+__all__ = ["AsyncAgentHandle", "AsyncStore", "open"]
 
 Json = Any
 T = TypeVar("T")
@@ -283,9 +283,9 @@ class AsyncStore:
         self._loop = loop
         self._closed = False
 
-    def agent(self, owner: str | None, id: str) -> AsyncAgent:
+    def agent(self, owner: str | None, id: str) -> AsyncAgentHandle:
         """The ops of the agent (``owner``, ``id``) as coroutines; ``owner`` None is an agent with no owner."""
-        return AsyncAgent(self, who(owner, id))
+        return AsyncAgentHandle(self, who(owner, id))
 
     async def _answer(self, call: Call[T], agent: Mapping[str, Json]) -> T:
         if asyncio.get_running_loop() is not self._loop:
@@ -310,8 +310,8 @@ class AsyncStore:
         await self.aclose()
 
 
-class AsyncAgent:
-    """One agent's ops on an ``AsyncStore``: wire.md's ops as coroutines, results and errors as in ``api.Agent``."""
+class AsyncAgentHandle:
+    """One agent's ops on an ``AsyncStore``: the protocol's ops as coroutines, as in ``api.AgentHandle``."""
 
     def __init__(self, store: AsyncStore, named: dict[str, Json]) -> None:
         self._store = store
@@ -320,7 +320,7 @@ class AsyncAgent:
         self.id: str = named["id"]
 
     def __repr__(self) -> str:
-        return f"AsyncAgent(owner={self.owner!r}, id={self.id!r})"
+        return f"AsyncAgentHandle(owner={self.owner!r}, id={self.id!r})"
 
     async def _do(self, call: Call[T]) -> T:
         return await self._store._answer(call, self._who)
@@ -328,7 +328,7 @@ class AsyncAgent:
     # -- conversations
 
     async def append(self, thread: str, event: Mapping[str, Json]) -> Appended:
-        """Store ``event`` if its ``seq`` is last + 1; else taken, with last (see ``api.Agent.append``)."""
+        """Store ``event`` if its ``seq`` is last + 1; else taken, with last (see ``api.AgentHandle.append``)."""
         return await self._do(ops.append(thread, event))
 
     async def read(self, thread: str, first: int = 1) -> list[dict[str, Json]]:

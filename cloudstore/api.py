@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from .settings import Location
 
 __all__ = [
-    "Agent", "Appended", "File", "FileWrite", "Job", "JobDay", "Lease", "Place", "Store", "ThreadInfo", "Took",
+    "AgentHandle", "Appended", "File", "FileWrite", "Job", "JobDay", "Lease", "Place", "Store", "ThreadInfo", "Took",
     "open",
 ]
 
@@ -599,13 +599,13 @@ class Store:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def agent(self, owner: str | None, id: str) -> Agent:
+    def agent(self, owner: str | None, id: str) -> AgentHandle:
         """The ops of the agent (``owner``, ``id``); ``owner`` None is an agent with no owner.
 
         ``(None, "a")``, ``("", "a")`` and ``("x", "a")`` are three agents that
         never see each other's things (except through ``job_next``).
         """
-        return Agent(self, who(owner, id))
+        return AgentHandle(self, who(owner, id))
 
     def close(self) -> None:
         """Wait for calls under way and the work left after their replies; then release the store."""
@@ -621,7 +621,7 @@ class Store:
         return self._engine.answer(call, agent)
 
 
-class Agent:
+class AgentHandle:
     """One agent's ops on a ``Store``: the methods are wire.md's ops, with typed results.
 
     Every method raises ``RefusedError`` for a request that breaks a rule,
@@ -636,7 +636,7 @@ class Agent:
         self.id: str = named["id"]
 
     def __repr__(self) -> str:
-        return f"Agent(owner={self.owner!r}, id={self.id!r})"
+        return f"AgentHandle(owner={self.owner!r}, id={self.id!r})"
 
     def _do(self, call: Call[T]) -> T:
         return self._store._answer(call, self._who)

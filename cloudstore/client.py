@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .errors import CloudstoreError
+
 Json = Any
 
 
@@ -57,8 +59,13 @@ def env_pairs(pairs: Sequence[str], option: str, fail: Callable[[str], Any] | No
     return env
 
 
-class DriverError(Exception):
-    """The driver did not answer one JSON reply line (died, hung, or wrote junk)."""
+class DriverError(CloudstoreError):
+    """The driver did not answer one JSON reply line (died, hung, or wrote junk).
+
+    Whether the request was acted on, nobody can tell (``changed`` is None).
+    """
+
+    changed = None
 
 
 def call_once(
@@ -170,7 +177,15 @@ class ServeProcess:
 
 
 def _readline_within(proc: subprocess.Popen, timeout: float) -> bytes:
-    """readline with a time limit: a thread reads, we wait; DriverError past it."""
+    """readline with a time limit: a thread reads, we wait; DriverError past it.
+
+    Not ``bridge.lines.LineReader`` (the socket line reader with a deadline):
+    this reads a child's stdout pipe, a buffered file with no timeout of its
+    own, shared with ``readline`` calls without one; a socket's ``settimeout``
+    and ``recv`` have no counterpart there.  Past the limit the reading
+    thread (a daemon) stays blocked until the driver answers or dies: the
+    caller is to drop that process.
+    """
     box: list[bytes] = []
     reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
     reader.start()

@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import strict_json
+from .errors import CloudstoreError
 
 # A check beyond the type: the problem with the value, or None when it is fine.
 Extra = Callable[[Any], str | None]
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(CloudstoreError, ValueError):
     """A config file could not be used; the message says where and why."""
 
 

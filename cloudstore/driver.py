@@ -26,63 +26,73 @@ CONTRACT = {"version": 1, "serve": True, "jobs": True, "files": True}
 
 @dataclass(frozen=True)
 class DriverInfo:
-    """What differs between the two drivers: name, setting and URL schemes."""
+    """What differs between the two drivers: name, setting, URL schemes, and their own settings' help."""
 
     name: str
     setting: str
     schemes: tuple[str, ...]
-    help: str
+    title: str
+    own_settings: str  # the help lines of the settings only this driver reads
 
+    @property
+    def help(self) -> str:
+        """``--help``: complete on its own (an installed driver has no docs folder beside it)."""
+        return HELP.format(name=self.name, title=self.title, own_settings=self.own_settings)
+
+
+HELP = """{name}: {title}
+
+usage: {name} (--version | --help | contract | call | serve)
+
+  contract   print the contract this driver keeps, as one JSON line, and exit
+  call       read one request (JSON) on stdin, print one reply line, and exit
+  serve      read requests one a line, print each reply as a line; exit 0 at the end of stdin
+  --version  print the version;  --help  print this
+
+Requests and replies are JSON objects, one a line, on stdin and stdout; stdout
+carries replies only, logs go to stderr. Every failure is a reply
+{{"reply": "error", "error": "..."}}, never an exit: a missing or malformed
+setting too (every request then answers an error naming the setting).
+contract, --version and --help need no setting and no network.
+
+settings (environment):
+{own_settings}
+  LNK_STORE_LOG           log level on stderr: DEBUG (each request's op, reply, bucket
+                          requests and time; never a credential), INFO, WARNING (default),
+                          ERROR
+  LNK_WAKE_DIR            folder of this machine's scheduler runners' sockets, nudged
+                          when a job enters waiting (default /tmp/lnk-wake)
+  LNK_SCHEDULER_OPS       1: also answer job_due and job_claim, which name and move any
+                          agent's jobs; for the scheduler's own driver only, never one an
+                          agent reaches
+
+exit status: 0, or 2 for a usage error (an unknown command or extra arguments).
+"""
 
 GCS = DriverInfo(
     "lnk-gcs",
     "LNK_GCS_URL",
     ("gs",),
-    """lnk-gcs: Link store driver keeping an agent's things in Google Cloud Storage.
-
-usage: lnk-gcs (--version | --help | contract | call | serve)
-
-  contract   print the contract this driver keeps, as one JSON line
-  call       read one request (JSON) on stdin, print one reply line
-  serve      read requests one a line, print each reply as a line
-
-settings (environment):
+    "Link store driver keeping an agent's things in Google Cloud Storage.",
+    """\
   LNK_GCS_URL             gs://BUCKET[/PREFIX]  where everything is kept (required)
   STORAGE_EMULATOR_HOST   http://HOST:PORT of an emulator (fake-gcs-server) instead of GCS
+                          (GOOGLE_CLOUD_PROJECT then defaults to "test")
   GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_CLOUD_PROJECT
-                          credentials and project, found as the Google client finds them
-  LNK_STORE_LOG           log level on stderr (default WARNING)
-  LNK_WAKE_DIR            folder of this machine's scheduler runners' sockets, nudged
-                          when a job enters waiting (default /tmp/lnk-wake)
-  LNK_SCHEDULER_OPS       1: also answer job_due, which names every agent's due jobs;
-                          for the scheduler's own driver only, never one an agent reaches
-""",
+                          credentials and project, found as the Google client finds them""",
 )
 
 BUCKET = DriverInfo(
     "lnk-bucket-store",
     "LNK_BUCKET_URL",
     ("s3", "file"),
-    """lnk-bucket-store: Link store driver keeping an agent's things in an S3-compatible bucket or a local folder.
-
-usage: lnk-bucket-store (--version | --help | contract | call | serve)
-
-  contract   print the contract this driver keeps, as one JSON line
-  call       read one request (JSON) on stdin, print one reply line
-  serve      read requests one a line, print each reply as a line
-
-settings (environment):
+    "Link store driver keeping an agent's things in an S3-compatible bucket or a local folder.",
+    """\
   LNK_BUCKET_URL          s3://BUCKET[/PREFIX] or file:///ABSOLUTE/FOLDER (required)
   AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL
                           endpoint of an S3-compatible service (MinIO, R2, moto...)
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE, AWS_DEFAULT_REGION
-                          credentials and region, found as boto3 finds them
-  LNK_STORE_LOG           log level on stderr (default WARNING)
-  LNK_WAKE_DIR            folder of this machine's scheduler runners' sockets, nudged
-                          when a job enters waiting (default /tmp/lnk-wake)
-  LNK_SCHEDULER_OPS       1: also answer job_due, which names every agent's due jobs;
-                          for the scheduler's own driver only, never one an agent reaches
-""",
+                          credentials and region, found as boto3 finds them""",
 )
 
 log = logging.getLogger("cloudstore")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .generations import NotFound, Overwrite, new_nonce
-from .keys import AgentKeys, decode_part, due_root, is_hashed, name_part
+from .keys import AgentKeys, decode_part, due_entry, due_record, due_root, is_hashed
 from .space import Space
 
 GRACE = 60.0
@@ -90,7 +90,7 @@ class DueIndex:
 
     def add(self, keys: AgentKeys, job_id: str, due: Any) -> str:
         """Write a fresh entry for a job about to be put in waiting; its key."""
-        key = f"{self.root}{sortable(due)}/{keys.due_token()}/{name_part(job_id)}/{new_nonce()}"
+        key = due_entry(self.space.root, sortable(due), keys, job_id, new_nonce())
         self.space.store.put(key, b"", Overwrite())
         return key
 
@@ -141,8 +141,7 @@ class DueIndex:
         self._confirmed[key] = time.monotonic()
 
     def _record_key(self, entry: str) -> str:
-        owner, agent_id, job = entry[len(self.root):].split("/")[1:4]
-        return f"{self.space.root}a/{owner}/{agent_id}/j/{job}"
+        return due_record(self.space.root, entry)
 
     def next(self, waiting_of: Callable[[Any], dict[str, Any] | None]) -> Any | None:
         """The soonest due of any agent's waiting job, or None.

@@ -15,10 +15,61 @@ clause instead of by reading words:
 * ``ClosedError``         the store was closed before the call.
 
 ``CloudstoreError`` is the one root: ``except CloudstoreError`` catches every
-failure the API raises.  It is meant as the root of the project's other
-exception classes too (``settings.SettingError``, ``generations.StoreError``,
-``validate.RequestError`` ...), which another change will re-root under it;
-this module imports nothing so that any module can.
+failure the API raises, and every exception class of this project's own
+(the seam, the settings, the request rules, the bridge, the conformance
+suite...).  A class that was also something else before keeps that base
+where code catches by it (a ``ValueError`` stays one).  This module imports
+nothing so that any module can.
+
+``message`` and ``op`` are set on every one of them (``op`` only where the
+API knows it); ``changed`` says what the failure means for the store:
+``False`` certainly nothing was changed, ``None`` nobody can tell
+(``outcome_unknown``).  It is exact for the API's own five classes and for
+``StoreUnavailable``; the bridge's and the driver client's failures after a
+request was sent say ``None``; the others keep the default ``False``, being
+refusals or failures before anything was asked of a store.
+
+The tree (module names below ``cloudstore``)::
+
+    CloudstoreError
+     ├── errors.RefusedError (ValueError)                a request broke a rule of wire.md
+     ├── errors.FailedError                              the store failed; nothing was changed
+     ├── errors.OutcomeUnknownError                      the store failed; a write may have landed
+     ├── errors.LocationError (ValueError)               open() named no store it can open
+     ├── errors.ClosedError                              the store was closed before the call
+     ├── validate.RequestError                           a request breaks a rule (the driver's check)
+     ├── strict_json.StrictJSONError (ValueError)        a line or file is not strict JSON
+     ├── settings.SettingError                           a driver setting is missing or malformed
+     ├── config_schema.ConfigFileError (ValueError)      a config file cannot be used
+     │    └── config_schema.SchemaError                  a value breaks the schema
+     ├── generations.StoreError                          the seam's errors
+     │    ├── generations.AlreadyExists                  Create() found an object
+     │    ├── generations.PreconditionFailed             Update(version) found another version
+     │    ├── generations.NotFound                       no object at the key
+     │    ├── generations.Transient                      worth retrying (never leaves RetryingStore)
+     │    └── generations.StoreUnavailable               retries spent, or a write's fate unknown
+     ├── space.Contention                                a compare-and-set lost every round
+     ├── client.DriverError                              a driver program did not answer one reply line
+     ├── racing.RaceError                                racers failed to get ready or to call
+     ├── bridge.proof.KeyFileError                       an agent's key file is unsafe or malformed
+     ├── bridge.listener.SocketInUse                     something else holds the bridge's socket path
+     ├── bridge.limits.Busy                              a limit of the bridge is reached
+     ├── bridge.workers.PoolBusy                         no bridge thread can take the call
+     ├── bridge.rules.Refused                            the call may not reach the driver
+     ├── bridge.lines.LineTimeout                        no whole line before the deadline
+     ├── bridge.lines.LineTooLong                        a line past its bound
+     ├── bridge.lines.LineClosed                         the peer closed before a line
+     ├── bridge.lines.LineOverBudget                     the line would take the bridge past its budget
+     ├── bridge.drivers.DriverTimeout                    the driver took past the call's time
+     ├── bridge.drivers.DriverFailed                     the driver died or answered no reply line
+     ├── bridge.drivers.NoDriverFree                     every driver place stayed taken
+     ├── bridge.client.BridgeError                       the bridge closed without a reply line
+     └── conformance.expect.CheckFailed (AssertionError) a check saw what the contract forbids
+
+Not yet under it (modules another change owns): the scheduler's
+``StoreError`` and ``ConfigError`` (``scheduling.store_client`` and
+``scheduling.config``, formerly ``scheduler_store`` and ``scheduler_config``),
+``admin.walk.OpError`` and ``admin.migrate.Refused``.
 """
 
 from __future__ import annotations
@@ -30,11 +81,11 @@ UNCHANGED_WORDS = "nothing was changed"
 
 
 class CloudstoreError(Exception):
-    """Root of every error the Python API raises.
+    """Root of every error the Python API raises, and of the project's other exception classes.
 
-    ``message`` is the driver's own error text, byte for byte what the wire
-    reply would carry (``None`` for errors that are not a reply, such as
-    ``LocationError``); ``op`` the request's op when there was one.
+    ``message`` is the error's text: for an error reply, the driver's own
+    text byte for byte as the wire reply carries it; ``op`` the request's op
+    when there was one.
     ``changed`` says what the failure means for the store: ``False`` when
     certainly nothing was changed, ``None`` when nobody can tell.
     """

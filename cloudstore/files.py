@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any, TypeGuard, TypeVar
 
 from .generations import Listed, Object
-from .keys import decode_path, folder_part
 from .space import KEEP, Space
 from .validate import FILE_MAX, FILES_MAX, Agent, RequestError, compact
 
@@ -123,13 +122,13 @@ class Files:
         """Live files under ``folder``: a listing, then each object's header (remembered by version)."""
         keys = self.space.keys(agent)
         under = folder.rstrip("/") + "/"
-        inline = self.store.list(keys.files() + folder_part(folder))
+        inline = self.store.list(keys.folder(folder))
         hashed = self.store.list(keys.hashed_files())
         paths: list[str] = []
         for i, (item, summary) in enumerate(zip(inline + hashed, self._summaries(inline + hashed), strict=False)):
             if summary is None or not summary[0]:
                 continue
-            path = summary[1] if i >= len(inline) else decode_path(item.key[len(keys.files()):])
+            path = summary[1] if i >= len(inline) else keys.path_of(item.key)
             if path.startswith(under):
                 paths.append(path)
         if len(paths) > FILES_MAX:

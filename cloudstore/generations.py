@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from .clock import StoreClock
+from .errors import CloudstoreError
 
 log = logging.getLogger("cloudstore")
 
@@ -49,7 +50,7 @@ log = logging.getLogger("cloudstore")
 # The error vocabulary
 
 
-class StoreError(Exception):
+class StoreError(CloudstoreError):
     """Base of every error the seam raises."""
 
 
@@ -78,12 +79,13 @@ class StoreUnavailable(StoreError):
     ``outcome_unknown`` is True when the failed request was a write that may
     have landed anyway; callers must then never claim it certainly failed.
     (Whether a whole *operation* changed anything also depends on the writes
-    it made before: see ``RetryingStore.writes``.)
+    it made before: see ``RetryingStore.writes``.)  It is read from
+    ``changed`` (``CloudstoreError``): None when the write may have landed.
     """
 
     def __init__(self, message: str, outcome_unknown: bool) -> None:
         super().__init__(message)
-        self.outcome_unknown = outcome_unknown
+        self.changed = None if outcome_unknown else False
 
 
 # --------------------------------------------------------------------------

@@ -23,9 +23,13 @@ Layout below the store's prefix::
     a/<owner>/<id>/t/<thread>                      the tools narrowing
     a/<owner>/<id>/j/<job id>                      a job id's entries in every place
     a/<owner>/<id>/mark, a/<owner>/<id>/day        job_mark, job_day
-    a/<owner>/<id>/f/<path>                        a file (and its tombstone)
+    a/<owner>/<id>/f/<path>                        a file (and its tombstone: no other object per path)
+    a/<owner>/<id>/f/~/<sha-256 of the path>       a file whose path's encoding is long
     a/<owner>/<id>/n/<hashed part>                 the name behind a hashed part
-    _due/<sortable due>/<owner>/<id>/<job>/<nonce> the shared job_next index
+    _due/<sortable due>/<owner>/<id>/<job>/<nonce> the shared job_next index (due_index.py)
+
+No ``fv/`` (0.1.0's per-file version floor): since 0.2.0 a file's version
+lives in its one object, and a removed file is a tombstone at its own key.
 """
 
 from __future__ import annotations
@@ -96,8 +100,7 @@ class AgentKeys:
 
     @property
     def base(self) -> str:
-        owner = "-" if self.owner is None else name_part(self.owner)
-        return f"{self.root}a/{owner}/{name_part(self.id)}/"
+        return _agent_base(self.root, self.due_token())
 
     # conversations
     def conversations(self) -> str:
@@ -130,7 +133,7 @@ class AgentKeys:
 
     # jobs
     def jobs(self) -> str:
-        return self.base + "j/"
+        return self.base + _JOBS
 
     def job(self, job_id: str) -> str:
         return self.jobs() + name_part(job_id)
@@ -147,6 +150,14 @@ class AgentKeys:
 
     def file(self, path: str) -> str:
         return self.files() + path_part(path)
+
+    def folder(self, folder: str) -> str:
+        """The listing prefix of the inline file keys under ``folder`` (hashed ones: ``hashed_files``)."""
+        return self.files() + folder_part(folder)
+
+    def path_of(self, key: str) -> str:
+        """The path of one of this agent's inline file keys (not ``~/`` hashed ones)."""
+        return decode_path(key[len(self.files()):])
 
     def hashed_files(self) -> str:
         return self.files() + "~/"
@@ -165,3 +176,22 @@ class AgentKeys:
 def due_root(root: str) -> str:
     """The shared job_next index: one prefix for every agent in the store."""
     return root + "_due/"
+
+
+def due_entry(root: str, sortable_due: str, agent: AgentKeys, job_id: str, nonce: str) -> str:
+    """One entry of the due index (``sortable_due``: due_index.py's ``sortable``), unique by its nonce."""
+    return f"{due_root(root)}{sortable_due}/{agent.due_token()}/{name_part(job_id)}/{nonce}"
+
+
+def due_record(root: str, entry: str) -> str:
+    """The key of the job record a due entry (a whole key, as ``due_entry`` makes it) belongs to."""
+    owner, agent_id, job = entry[len(due_root(root)):].split("/")[1:4]
+    return _agent_base(root, f"{owner}/{agent_id}") + _JOBS + job
+
+
+_JOBS = "j/"
+
+
+def _agent_base(root: str, token: str) -> str:
+    """The folder of one agent's things, its owner/id parts given as ``due_token`` spells them."""
+    return f"{root}a/{token}/"

@@ -12,13 +12,15 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from .errors import CloudstoreError
+
 T = TypeVar("T")
 
 #: How long racers wait for each other at the barrier before giving up.
 BARRIER_SECONDS = 60.0
 
 
-class RaceError(Exception):
+class RaceError(CloudstoreError):
     """Some racers failed to get ready or to call; the message names them."""
 
 

@@ -13,13 +13,14 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
+from .errors import CloudstoreError
 from .generations import FAILPOINT, Backend, RetryingStore
 
 # GCS and S3 bucket names: lowercase letters, digits, dots, dashes, underscores.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
 
-class SettingError(Exception):
+class SettingError(CloudstoreError):
     """The driver's setting is missing or malformed; the message names it."""
 
 

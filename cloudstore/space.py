@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .cache import Bounded
+from .errors import CloudstoreError
 from .generations import (
     AlreadyExists,
     Create,
@@ -44,7 +45,7 @@ SEEN_OBJECT_MAX = 64 * 1024
 PARSED_FACTOR = 12
 
 
-class Contention(Exception):
+class Contention(CloudstoreError):
     """A compare-and-set loop lost every round; nothing of ours was written."""
 
 

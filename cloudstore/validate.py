@@ -15,6 +15,9 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from . import strict_json
+from .errors import CloudstoreError
+
 SPEC_MAX = 1_048_576
 FILE_MAX = 4_194_304
 FILES_MAX = 4_096
@@ -40,12 +43,8 @@ def shown(value: object) -> str:
     return f"{text[:SHOWN_MAX]}... ({size} characters)"
 
 
-class RequestError(Exception):
+class RequestError(CloudstoreError):
     """The request breaks a rule; the message says which."""
-
-
-def _reject_constant(name: str) -> Any:
-    raise RequestError(f"not valid JSON: {name} is not a JSON number")
 
 
 def _finite(text: str) -> float:
@@ -66,20 +65,15 @@ def unicode_text(value: str, name: str) -> str:
 
 
 def parse_request(line: bytes | str) -> dict[str, Any]:
-    """Parse one request line: valid JSON (no NaN/Infinity), an object."""
+    """Parse one request line: UTF-8, strict JSON (no NaN/Infinity, no key given twice), an object.
+
+    The bridge reads its lines through the same parser (``strict_json.object_line``),
+    so a line one refuses the other refuses too.
+    """
     try:
-        text = line.decode("utf-8") if isinstance(line, bytes) else line
-    except UnicodeDecodeError as exc:
-        raise RequestError(f"request is not UTF-8: {exc}") from exc
-    try:
-        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
-    except RequestError:
-        raise
-    except (ValueError, RecursionError) as exc:
-        raise RequestError(f"request is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise RequestError("request is not a JSON object")
-    return value
+        return strict_json.object_line(line, "request", parse_float=_finite)
+    except strict_json.StrictJSONError as exc:
+        raise RequestError(str(exc)) from exc
 
 
 def compact(value: Any) -> str:
@@ -122,12 +116,31 @@ def integer(
     return int(value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Agent:
-    """Who a request is for: (owner, id); owner None is no owner."""
+    """Who something belongs to: an id, and an owner (None: no owner; "" is an owner).
+
+    The project's one agent identity (drivers, bridge, scheduler, API).
+    Keyword-only, ``Agent(id=..., owner=...)``: two strings given by
+    position are too easily swapped.
+    """
 
     id: str
     owner: str | None
+
+    def wire(self) -> dict[str, Any]:
+        """As a request names it: ``{"id", "owner"}``."""
+        return {"id": self.id, "owner": self.owner}
+
+    def label(self) -> str:
+        """For logs: ``owner/id``, or ``id`` alone when there is no owner."""
+        return self.id if self.owner is None else f"{self.owner}/{self.id}"
+
+    def due_token(self) -> str:
+        """How the store's due index names this agent (``job_due``'s ``agent``)."""
+        from .keys import AgentKeys
+
+        return AgentKeys(root="", owner=self.owner, id=self.id).due_token()
 
 
 def agent(req: dict[str, Any]) -> Agent:
@@ -143,7 +156,7 @@ def agent(req: dict[str, Any]) -> Agent:
     unicode_text(agent_id, "agent.id")
     if owner is not None:
         unicode_text(owner, "agent.owner")
-    return Agent(agent_id, owner)
+    return Agent(id=agent_id, owner=owner)
 
 
 def event(req: dict[str, Any]) -> tuple[dict[str, Any], int]:

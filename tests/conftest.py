@@ -5,6 +5,14 @@ Every test that takes ``store`` runs three times: on a local folder
 (``file://``), on moto's S3 server and on fake-gcs-server.  Each run gets a
 prefix of its own (a new folder, or ``bucket/<uuid>``), so ``job_next``,
 which answers for the whole store, sees that test's jobs only.
+
+The fast loop, ``python3 -m pytest -q -m "not slow"``, leaves out what
+:func:`pytest_collection_modifyitems` marks ``slow``: besides the tests marked
+so by hand, every run on moto or fake-gcs-server (a ``moto``/``gcs``
+parameter, or the ``moto_server``/``gcs_server`` fixture) except in the files
+of ``EMULATORS_IN_THE_FAST_LOOP``, which keep ``s3.py`` and ``gcs.py`` (and
+the SDKs' replies) in the loop; the run on the folder goes through the same
+code above the seam.  The full command runs everything.
 """
 
 from __future__ import annotations
@@ -13,9 +21,27 @@ import os
 from collections.abc import Iterator
 
 import pytest
+from emulators import Emulator, start_fake_gcs, start_moto
 from support import BACKENDS, Session, StoreUnderTest, fresh_agent, make_store, serving
 
-from cloudstore.emulators import Emulator, start_fake_gcs, start_moto
+#: The backends that are emulators (processes speaking S3 / GCS) rather than the local folder.
+EMULATED = ("moto", "gcs")
+
+#: Test files whose runs on the emulators stay in the fast loop: the seam's own tests and the
+#: SDK-level ones, so that every backend module runs there.
+EMULATORS_IN_THE_FAST_LOOP = frozenset({"test_seam.py", "test_sdk_faults.py", "test_cloud_permissions.py"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``slow`` each run on an emulator whose file is not in ``EMULATORS_IN_THE_FAST_LOOP``."""
+    for item in items:
+        if item.path.name in EMULATORS_IN_THE_FAST_LOOP:
+            continue
+        callspec = getattr(item, "callspec", None)
+        params = callspec.params.values() if callspec is not None else ()
+        on_emulator = any(isinstance(v, str) and v in EMULATED for v in params)
+        if on_emulator or {"moto_server", "gcs_server"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "cloud_round_trips.py")
 
@@ -33,6 +35,7 @@ def test_quick_settings_skip_the_big_conversation():
     assert not full.skip_big and full.repeats == 5 and full.big_events == 10000 and full.agents == 200
 
 
+@pytest.mark.slow  # both emulators
 def test_cloud_round_trips_prints_every_figure():
     bench = load_benchmark()
     # Every figure, the big conversation included (70 events: past one 64-event segment), on both backends.

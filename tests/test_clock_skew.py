@@ -206,6 +206,7 @@ def lease_timelines(request: pytest.FixtureRequest,
             return {key: future.result() for key, future in futures.items()}
 
 
+@pytest.mark.slow  # one timeline played on every backend at once (the emulators' runs are in it)
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_lease_is_judged_alike_whatever_the_clocks(lease_timelines: dict, backend: str, case: str) -> None:

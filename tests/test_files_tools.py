@@ -220,7 +220,7 @@ def test_a_folder_of_more_than_4096_files_is_refused_never_cut(store_env):
     from cloudstore.validate import Agent, RequestError
 
     service = service_of(store_env)
-    agent = Agent("many", None)
+    agent = Agent(id="many", owner=None)
     paths = [f"skills/many/{i:05d}" for i in range(4096)]
     list(service.space.pool.map(lambda p: service.files.write(agent, p, b"", 0), paths))
     request = {"op": "file_list", "agent": {"id": "many", "owner": None}, "folder": "skills/many"}

@@ -67,6 +67,37 @@ def test_a_lone_surrogate_in_a_name_is_a_malformed_request(session: Session, fie
     assert session("tools_read", thread="t") == {"reply": "tools", "tools": None}
 
 
+DUPLICATED = [
+    # (a key given twice: top level, in the agent, in an event, in a job's spec), each value of it legal alone
+    '{{"op": "append", "agent": {agent}, "thread": "t", "thread": "u", "event": {{"seq": 1}}}}',
+    '{{"op": "append", "agent": {{"id": {id}, "id": "other", "owner": {owner}}}, "thread": "t", '
+    '"event": {{"seq": 1}}}}',
+    '{{"op": "append", "agent": {agent}, "thread": "t", "event": {{"seq": 1, "x": 1, "x": 2}}}}',
+    '{{"op": "job_put", "agent": {agent}, "place": "waiting", '
+    '"job": {{"id": "j", "spec": {{"a": 1, "a": 1}}, "due": 5}}}}',
+]
+
+
+@pytest.mark.parametrize("raw", DUPLICATED)
+def test_a_key_given_twice_is_refused_by_the_driver_as_by_the_bridge(session: Session, raw: str) -> None:
+    """wire.md is silent on duplicate keys; a request holding one is ambiguous, so the driver refuses it
+    (as the bridge does, with the same parser) and nothing changes."""
+    from cloudstore.bridge.rules import Refused, parse_line
+
+    request = raw.format(agent=json.dumps(session.agent), id=json.dumps(session.agent["id"]),
+                         owner=json.dumps(session.agent["owner"]))
+    why = error_of(session, request)
+    assert "appears twice" in why and "internal" not in why, why
+    with pytest.raises(Refused) as refused:
+        parse_line(line(request), "request")
+    assert str(refused.value) == why
+    for thread in ("t", "u"):
+        assert session("last", thread=thread) == {"reply": "last", "last": 0}
+    assert session("job_list", place="waiting") == {"reply": "jobs", "jobs": []}
+    # and the driver still answers
+    assert session("append", thread="t", event={"seq": 1, "x": 2}) == {"reply": "done"}
+
+
 def test_local_folder_objects_are_private_and_links_are_never_followed(tmp_path) -> None:
     """The folder store: 0700 folders, 0600 files; a link planted in it is refused, never served."""
     import base64

@@ -178,7 +178,7 @@ def test_a_stale_index_entry_wakes_early_and_is_collected(store_env, monkeypatch
 
     service = service_of(store_env)
     loc = location_of(store_env)
-    agent = Agent("crashy", "o")
+    agent = Agent(id="crashy", owner="o")
     service.jobs.index.add(service.space.keys(agent), "ghost", 5)  # the record never came
     service.jobs.put(agent, "waiting", job("real", 50))
     assert service.jobs.next() == 5  # early, never late
@@ -194,7 +194,7 @@ def test_a_removed_jobs_record_stays_a_tombstone_until_long_after(store_env, mon
     from cloudstore.validate import Agent
 
     service = service_of(store_env)
-    agent = Agent("tomb", "o")
+    agent = Agent(id="tomb", owner="o")
     keys = service.space.keys(agent)
     service.jobs.put(agent, "waiting", job("once", 50))
     assert service.jobs.remove(agent, "waiting", "once")

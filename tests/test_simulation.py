@@ -42,6 +42,7 @@ def replay(backend: str) -> Any:
                          f"python -m pytest tests/test_simulation.py -k {backend}")
 
 
+@pytest.mark.slow  # thousands of ops per backend; the fast loop keeps one seeded history, replayed (below)
 def test_simulation(store_env: Any, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
     store = store_env
     caplog.set_level(logging.CRITICAL, logger="cloudstore")  # internal errors are reported as violations, once

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from ..client import dumps
+from ..errors import CloudstoreError
+from .lines import LineClosed, LineReader, LineTimeout
 from .proof import compute_proof
 
 __all__ = ["BridgeClient", "BridgeError", "bridge_error_word", "compute_proof", "exchange", "proof_line"]
@@ -21,8 +24,13 @@ __all__ = ["BridgeClient", "BridgeError", "bridge_error_word", "compute_proof", 
 BRIDGE_WORDS = ("refused", "busy", "timeout", "driver")
 
 
-class BridgeError(Exception):
-    """The bridge closed the connection without a reply line."""
+class BridgeError(CloudstoreError):
+    """The bridge closed the connection without a reply line (or answered no JSON object).
+
+    Whether the request reached a driver, nobody can tell (``changed`` is None).
+    """
+
+    changed = None
 
 
 def proof_line(key: bytes, owner: str | None, agent_id: str) -> bytes:
@@ -60,20 +68,20 @@ def exchange(socket_path: str, lines: Sequence[bytes], timeout: float = 60.0, pa
                 sock.sendall(line + b"\n")
         except (BrokenPipeError, ConnectionResetError):
             pass
-        return _read_line(sock)
+        return _read_reply(sock, timeout)
 
 
-def _read_line(sock: socket.socket) -> bytes:
-    buf = bytearray()
-    while b"\n" not in buf:
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionResetError:
-            break
-        if not chunk:
-            break
-        buf += chunk
-    return bytes(buf.split(b"\n", 1)[0])
+def _read_reply(sock: socket.socket, timeout: float) -> bytes:
+    """The first line the bridge answers, within ``timeout`` seconds; b"" when it closed
+    (or reset the connection) before a whole line.  The bridge's own line reader, with
+    no bound on the size: a reply is as long as the driver made it.  TimeoutError past
+    the time."""
+    try:
+        return LineReader(sock).read_line(time.monotonic() + timeout, sys.maxsize)
+    except LineClosed:
+        return b""
+    except LineTimeout as exc:
+        raise TimeoutError(f"no reply line from the bridge within {timeout}s") from exc
 
 
 class BridgeClient:

@@ -26,21 +26,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..client import DriverError, ServeProcess, call_once, driver_env, program_argv
+from ..errors import CloudstoreError
 
 log = logging.getLogger("cloudstore.bridge")
 
 STDERR_LOGGED = 2000  # characters of a failed call's stderr kept in the bridge's log
 
 
-class DriverTimeout(Exception):
-    """The driver took past the call's time; it was killed."""
+class DriverTimeout(CloudstoreError):
+    """The driver took past the call's time; it was killed (what it did meanwhile: ``changed`` is None)."""
+
+    changed = None
 
 
-class DriverFailed(Exception):
-    """The driver died or did not answer one JSON reply line."""
+class DriverFailed(CloudstoreError):
+    """The driver died or did not answer one JSON reply line (what it did: ``changed`` is None)."""
+
+    changed = None
 
 
-class NoDriverFree(Exception):
+class NoDriverFree(CloudstoreError):
     """Every driver place stayed taken for as long as a call may take."""
 
 
@@ -67,7 +72,11 @@ class Contract:
 def read_contract(
     program: str | Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 30.0
 ) -> Contract:
-    """Ask the program once what it does; ValueError when it answers nothing usable."""
+    """Ask the program once what it does; ValueError when it answers nothing usable.
+
+    Strict: exit 0 and exactly one line, a valid contract.  (The conformance
+    suite's ``program.printed_contract`` is the lenient look it runs by.)
+    """
     try:
         done = subprocess.run(
             program_argv(program) + ["contract"], capture_output=True, env=driver_env(env), timeout=timeout

@@ -19,6 +19,8 @@ import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
 
+from ..errors import CloudstoreError
+
 KiB = 1024
 MiB = 1024 * 1024
 
@@ -45,7 +47,7 @@ class Limits:
     request_budget_bytes: int = 160 * MiB
 
 
-class Busy(Exception):
+class Busy(CloudstoreError):
     """A limit is reached; the message says which."""
 
 

@@ -1,7 +1,8 @@
 """Lines over a stream socket, each read against a deadline and a size bound.
 
-Both ends of the bridge speak newline-ended lines; a reader must never wait
-forever (a caller that proves and then says nothing) nor buffer without end
+Both ends of the bridge speak newline-ended lines, and both read them with
+``LineReader`` (the bridge its callers' lines, ``bridge.client`` the reply);
+a reader must never wait forever (a caller that proves and then says nothing) nor buffer without end
 (a caller that never sends a newline). A reader may also hold its buffer
 against a byte budget (``limits.Hold``): the bytes a proved caller has sent
 but the bridge has not yet dealt with are the bridge's memory, and many
@@ -13,24 +14,25 @@ from __future__ import annotations
 import socket
 import time
 
+from ..errors import CloudstoreError
 from .limits import Hold
 
 CHUNK = 65536
 
 
-class LineTimeout(Exception):
+class LineTimeout(CloudstoreError):
     """No whole line arrived before the deadline."""
 
 
-class LineTooLong(Exception):
+class LineTooLong(CloudstoreError):
     """The line grew past its bound before its newline."""
 
 
-class LineClosed(Exception):
+class LineClosed(CloudstoreError):
     """The peer closed the connection before a line began."""
 
 
-class LineOverBudget(Exception):
+class LineOverBudget(CloudstoreError):
     """Buffering more of the line would take the bridge past its byte budget."""
 
 

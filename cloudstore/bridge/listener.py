@@ -20,6 +20,8 @@ import socket
 import stat
 from typing import TYPE_CHECKING
 
+from ..errors import CloudstoreError
+
 if TYPE_CHECKING:
     from .limits import Limits
 
@@ -29,7 +31,7 @@ except ImportError:  # not a POSIX system
     resource = None  # type: ignore[assignment]
 
 
-class SocketInUse(Exception):
+class SocketInUse(CloudstoreError):
     """Something that is not a stale socket holds the bridge's path."""
 
 

@@ -16,12 +16,14 @@ import re
 import stat
 import struct
 
+from ..errors import CloudstoreError
+
 PREFIX = b"link store bridge v1\x00"
 KEY_MIN = 32
 PROOF_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
-class KeyFileError(Exception):
+class KeyFileError(CloudstoreError):
     """The key file is unsafe or malformed; the message says why."""
 
 

@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from .. import strict_json, validate
+from ..errors import CloudstoreError
 from ..validate import Agent, RequestError
 from .drivers import Contract
 
@@ -20,23 +21,20 @@ FILE_PATH_OPS = frozenset({"file_read", "file_write", "file_remove", "file_appen
 FILE_DATA_OPS = frozenset({"file_write", "file_append"})
 
 
-class Refused(Exception):
+class Refused(CloudstoreError):
     """The call may not reach the driver; the message says why."""
 
 
 def parse_line(line: bytes, what: str) -> dict[str, Any]:
-    """One line as a strict JSON object: UTF-8, no NaN/Infinity, no repeated key."""
+    """One line as a strict JSON object: UTF-8, no NaN/Infinity, no repeated key.
+
+    The drivers' own parser (``strict_json.object_line``, as ``validate.parse_request``
+    calls it), so the bridge refuses exactly the lines a driver would.
+    """
     try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise Refused(f"{what} is not UTF-8") from exc
-    try:
-        value = strict_json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise Refused(f"{what} is not valid JSON: {exc}") from exc
-    if not isinstance(value, dict):
-        raise Refused(f"{what} is not a JSON object")
-    return value
+        return strict_json.object_line(line, what)
+    except strict_json.StrictJSONError as exc:
+        raise Refused(str(exc)) from exc
 
 
 def named_agent(message: dict[str, Any], what: str) -> Agent:

@@ -77,7 +77,7 @@ class AgentSpec:
 
     @property
     def agent(self) -> Agent:
-        return Agent(self.id, self.owner)
+        return Agent(id=self.id, owner=self.owner)
 
     @property
     def store_dir(self) -> str:

@@ -16,12 +16,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from ..errors import CloudstoreError
+
 log = logging.getLogger("cloudstore.bridge")
 
 Job = Callable[[], None]
 
 
-class PoolBusy(Exception):
+class PoolBusy(CloudstoreError):
     """No thread can take the job now (none idle, and none could be started)."""
 
 

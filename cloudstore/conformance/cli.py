@@ -9,7 +9,7 @@ select no check).
 How requests reach the driver is chosen in :func:`make_transports`: straight
 to the program (``--mode``), or, with ``--via-bridge``, through the real store
 bridge code run in-process over PROGRAM, each agent a check names served
-with a fresh key and folder (``cloudstore.bridge.transport``).
+with a fresh key and folder (``cloudstore.conformance.bridge_transport``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..bridge import transport as bridge_transport
 from ..client import env_pairs
+from . import bridge_transport
 from .harness import FAMILIES
 from .runner import MODES, run
 from .transport import Transport

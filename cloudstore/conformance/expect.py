@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..errors import CloudstoreError
+
 Json = Any
 
 #: How much of a value a failure line shows (a 4 MiB file must not flood it).
 SHOW = 300
 
 
-class CheckFailed(AssertionError):
+class CheckFailed(CloudstoreError, AssertionError):
     """A check saw something other than what the contract says: what, expected, got."""
 
     def __init__(self, what: str, expected: Json, got: Json) -> None:

@@ -68,11 +68,13 @@ def run_command(driver: Driver, args: Sequence[str], stdin: bytes = b"", timeout
     return Ran(done.stdout, done.stderr.decode("utf-8", "replace"), done.returncode)
 
 
-def read_contract(driver: Driver) -> tuple[dict[str, Json] | None, str]:
-    """The program's contract as a dict, or None and why not.
+def printed_contract(driver: Driver) -> tuple[dict[str, Json] | None, str]:
+    """The first JSON object the program's ``contract`` prints, as it is; or None and why not.
 
     Lenient on purpose: the runner only needs to know which families to run;
-    ``check.contract`` judges the exact line.
+    ``check.contract`` judges the exact line.  (The bridge's
+    ``drivers.read_contract`` is the strict reading: exactly one line, a
+    valid ``Contract``, or the bridge does not start.)
     """
     ran = run_command(driver, ["contract"])
     if ran.code != 0:

@@ -16,7 +16,7 @@ from ..client import DriverError
 from . import commands, conversations, files, jobs, narrowing
 from .expect import is_error
 from .harness import FAMILIES, Check, Ctx, Report, Result, run_check
-from .program import Driver, read_contract
+from .program import Driver, printed_contract
 from .transport import CallTransport, ServeTransport, Transport
 
 MODES = ("serve", "call", "both")
@@ -108,7 +108,7 @@ def run(
     if contract is None:
         if driver is None:
             raise ValueError("run() needs a program or a contract")
-        found, why = read_contract(driver)
+        found, why = printed_contract(driver)
         if found is None:
             report.notes.append(f"no contract: {why}; only `check` is run")
             say(report.notes[-1])

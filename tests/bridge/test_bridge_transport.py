@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from cloudstore.bridge.transport import BridgeTransport, add_options, transports_for
+from cloudstore.conformance.bridge_transport import BridgeTransport, add_options, transports_for
 from cloudstore.conformance.program import Driver
 from cloudstore.racing import at_once
 

