@@ -121,7 +121,7 @@ class Conversations:
     def _last_listed(self, keys: AgentKeys, thread: str, epoch: int, known: int) -> tuple[int, Listed | None]:
         """The last event key after ``known`` (events 1..known are known to exist) and its number."""
         start = keys.event(thread, epoch, known) if known else None
-        after = self.store.list(keys.epoch(thread, epoch) + "ev/", start_after=start)
+        after = self.store.list(keys.events(thread, epoch), start_after=start)
         return (int(after[-1].key[-SEQ_DIGITS:]), after[-1]) if after else (known, None)
 
     def _fenced(self, item: Listed | None) -> bool:

@@ -112,8 +112,12 @@ class AgentKeys:
     def epoch(self, thread: str, epoch: int) -> str:
         return f"{self.thread(thread)}e{str(epoch).zfill(EPOCH_DIGITS)}/"
 
+    def events(self, thread: str, epoch: int) -> str:
+        """The prefix of an epoch's single events (listing it never meets a packed block)."""
+        return f"{self.epoch(thread, epoch)}ev/"
+
     def event(self, thread: str, epoch: int, seq: int) -> str:
-        return f"{self.epoch(thread, epoch)}ev/{seq_part(seq)}"
+        return f"{self.events(thread, epoch)}{seq_part(seq)}"
 
     def segment(self, thread: str, epoch: int, end: int, size: int) -> str:
         return f"{self.epoch(thread, epoch)}seg/{seq_part(end)}.{size}"

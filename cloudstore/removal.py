@@ -89,9 +89,9 @@ class Removals:
 
     def _purge(self, keys: AgentKeys, thread: str, epoch: int, fence: int) -> None:
         """Delete a dead epoch's events and segments, below its fence; then forget its record."""
-        base = keys.epoch(thread, epoch)
-        doomed = [item.key for item in self.store.list(base)
-                  if not (item.key.startswith(base + "ev/") and int(item.key[-SEQ_DIGITS:]) >= fence)]
+        events = keys.events(thread, epoch)
+        doomed = [item.key for item in self.store.list(keys.epoch(thread, epoch))
+                  if not (item.key.startswith(events) and int(item.key[-SEQ_DIGITS:]) >= fence)]
         list(self.space.pool.map(self.store.delete, doomed))
         self._change_record(keys, thread, epoch, lambda record: None)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..due_index import GRACE, unsortable
 from ..heads import has_lease
-from ..keys import due_root
+from ..keys import due_record, due_root
 from .walk import KINDS, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel
 
 PLACES = ("waiting", "firing", "ending")
@@ -115,9 +115,8 @@ def due_report(opened: Opened, keys: list[Key], now: float) -> dict:
 
 
 def record_key(root: str, entry: str) -> str:
-    """The job record a due-index entry belongs to (``_due/<due>/<owner>/<id>/<job>/<nonce>``)."""
-    owner, agent_id, job = entry[len(due_root(root)):].split("/")[1:4]
-    return f"{root}a/{owner}/{agent_id}/j/{job}"
+    """The job record a due-index entry belongs to (``keys.due_record``: keys are built there only)."""
+    return due_record(root, entry)
 
 
 def named_entry(opened: Opened, record: str) -> str | None:
