@@ -48,15 +48,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults
 
 from emulators import Emulator, start_fake_gcs, start_moto  # noqa: E402
 from faults.http_proxy import FaultProxy, Seen  # noqa: E402
+from scheduler_lateness import RECORDER  # noqa: E402  (benchmarks/: the fire command that records its start)
 
-RECORDER = (
-    "import json,os,sys,time\n"
-    "t=time.time()\n"
-    "line=json.dumps({'job':os.environ['LNK_JOB_ID'],'agent':os.environ['LNK_AGENT_ID'],"
-    "'due':json.loads(os.environ['LNK_JOB_DUE']),'t':t})+'\\n'\n"
-    "fd=os.open(sys.argv[1],os.O_WRONLY|os.O_APPEND|os.O_CREAT,0o644)\n"
-    "os.write(fd,line.encode())\n"
-)
 PRICE_WRITE_LIST = 5.0 / 1e6  # $ per PUT/POST/LIST (GCS class A, S3 PUT/LIST)
 PRICE_READ = 0.40 / 1e6  # $ per GET/HEAD (GCS class B, S3 GET)
 BACKENDS = {

@@ -355,17 +355,8 @@ class RetryingStore:
                 self.writes += 1
 
     def _retry(self, fn: Callable[[], T], is_write: bool, what: str) -> T:
-        import tenacity  # lazily: keeps `contract` free of the import
-
-        policy = self.policy
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(Transient),
-            stop=tenacity.stop_after_attempt(policy.attempts) | tenacity.stop_after_delay(policy.deadline),
-            wait=tenacity.wait_random_exponential(multiplier=policy.first_delay, max=policy.max_delay),
-            reraise=True,
-        )
         try:
-            return retrying(fn)
+            return retry_transient(self.policy, fn)
         except Transient as exc:
             log.debug("gave up on %s: %r", what, exc.__cause__ or exc)
             state = "; outcome unknown" if is_write else ""
@@ -473,6 +464,25 @@ class RetryingStore:
                 return maybe_landed[0]
 
         return self._retry(attempt, True, "delete")
+
+
+def retry_transient(policy: RetryPolicy, fn: Callable[[], T]) -> T:
+    """``fn()`` again after each ``Transient``, jittered exponential waits, within the policy's
+    attempts and deadline; the last ``Transient`` is raised as it is.
+
+    The one retry loop over a backend: the seam's and any tool that talks to a
+    backend directly (``admin.migrate`` copies framed bytes) retry alike.
+    """
+    import tenacity  # lazily: keeps `contract` free of the import
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(Transient),
+        stop=tenacity.stop_after_attempt(policy.attempts) | tenacity.stop_after_delay(policy.deadline),
+        wait=tenacity.wait_random_exponential(multiplier=policy.first_delay, max=policy.max_delay),
+        reraise=True,
+    )
+    result: T = retrying(fn)
+    return result
 
 
 #: The environment variable tests set to kill a driver before its Nth store request.

@@ -57,6 +57,7 @@ from ..generations import (
     Transient,
     failpoint,
     frame,
+    retry_transient,
     unframe,
 )
 from ..keys import due_root
@@ -87,17 +88,8 @@ class Raw:
         self.policy = policy
 
     def _retry(self, fn: Callable[[], Any], what: str) -> Any:
-        import tenacity
-
-        p = self.policy
-        retrying = tenacity.Retrying(
-            retry=tenacity.retry_if_exception_type(Transient),
-            stop=tenacity.stop_after_attempt(p.attempts) | tenacity.stop_after_delay(p.deadline),
-            wait=tenacity.wait_random_exponential(multiplier=p.first_delay, max=p.max_delay),
-            reraise=True,
-        )
         try:
-            return retrying(fn)
+            return retry_transient(self.policy, fn)
         except Transient as exc:
             raise StoreUnavailable(f"the store kept failing ({what}: {exc})", True) from exc
 
