@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults
 
 from emulators import Emulator, start_fake_gcs, start_moto  # noqa: E402
 from faults.http_proxy import FaultProxy, Seen  # noqa: E402
-from scheduler_lateness import RECORDER  # noqa: E402  (benchmarks/: the fire command that records its start)
+from scheduler_lateness import RECORDER, wait_until  # noqa: E402  (benchmarks/: the fire command that records its start)
 
 PRICE_WRITE_LIST = 5.0 / 1e6  # $ per PUT/POST/LIST (GCS class A, S3 PUT/LIST)
 PRICE_READ = 0.40 / 1e6  # $ per GET/HEAD (GCS class B, S3 GET)
@@ -139,14 +139,6 @@ class Fleet:
         if not self.record.exists():
             return []
         return [json.loads(line) for line in self.record.read_text().splitlines() if line.strip()]
-
-
-def wait_until(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"gave up waiting for {what}")
-        time.sleep(0.05)
 
 
 def agents_of(n: int) -> list[dict[str, Any]]:

@@ -46,13 +46,17 @@ def wake_dir() -> str:
 
 def notify(folder: str | None = None) -> int:
     """Nudge every runner socket in ``folder``; how many took it.  Never raises: a nudge is a courtesy."""
-    folder = folder or wake_dir()
-    sent = 0
     try:
-        entries = os.scandir(folder)
+        return _nudge_all(folder or wake_dir(), forget_dead=False)
     except OSError:
-        return 0
-    with entries, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        return 0  # no folder: no runner on this machine
+
+
+def _nudge_all(folder: str, forget_dead: bool) -> int:
+    """Send an empty datagram to each socket in ``folder`` (the first ``MAX_SOCKETS`` entries); how many
+    took it.  With ``forget_dead``, a socket nobody reads (its runner died without closing) is removed."""
+    sent = 0
+    with os.scandir(folder) as entries, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.setblocking(False)
         for i, entry in enumerate(entries):
             if i >= MAX_SOCKETS:
@@ -62,8 +66,14 @@ def notify(folder: str | None = None) -> int:
             try:
                 sock.sendto(b"", entry.path)
                 sent += 1
+            except ConnectionRefusedError:
+                if forget_dead:
+                    try:
+                        os.unlink(entry.path)  # in a sticky folder only its owner (or root) can
+                    except OSError:
+                        pass
             except OSError:
-                pass  # a runner gone (refused), a full buffer (it is waking anyway), not a socket
+                pass  # a full buffer (it is waking anyway), not a socket
     return sent
 
 
@@ -78,7 +88,7 @@ class WakeListener:
         self._interrupted = threading.Event()  # wakes ``wait`` when there is no socket
         try:
             _make_folder(self.folder)
-            _sweep(self.folder)
+            _nudge_all(self.folder, forget_dead=True)  # and wake the live ones once: harmless
             path = os.path.join(self.folder, f"{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}")
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             sock.bind(path)
@@ -124,9 +134,7 @@ class WakeListener:
         while True:
             try:
                 self._sock.recv(16)
-            except OSError as exc:
-                if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK):
-                    return
+            except OSError:  # BlockingIOError once nothing is left
                 return
 
     def close(self) -> None:
@@ -139,24 +147,6 @@ class WakeListener:
             except OSError:
                 pass
             self.path = None
-
-
-def _sweep(folder: str) -> None:
-    """Remove the sockets of runners that died without closing (nobody reads them); others' are left."""
-    with os.scandir(folder) as entries, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.setblocking(False)
-        for i, entry in enumerate(entries):
-            if i >= MAX_SOCKETS or not entry.name.endswith(SUFFIX):
-                continue
-            try:
-                sock.sendto(b"", entry.path)
-            except ConnectionRefusedError:
-                try:
-                    os.unlink(entry.path)  # in a sticky folder only its owner (or root) can
-                except OSError:
-                    pass
-            except OSError:
-                pass
 
 
 def _make_folder(folder: str) -> None:
