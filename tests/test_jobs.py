@@ -265,3 +265,24 @@ def test_a_job_entering_waiting_nudges_this_machines_runners(store, tmp_path):
         proc.close()
         listener.close()
     assert list((tmp_path / "wake").iterdir()) == [], "the listener left its socket behind"
+
+
+def test_job_claim_moves_waiting_to_firing_and_answers_the_job_only_for_the_schedulers_driver(store):
+    """job_claim (the runner's claim): the job it moved, null when none was waiting; refused by an agent's driver."""
+    from dataclasses import replace
+
+    own = replace(store, env={**store.env, "LNK_SCHEDULER_OPS": "1"})
+    with serving(store) as plain, serving(own) as ops:
+        s = Session(ops[0], fresh_agent())
+        refused = Session(plain[0], s.agent)("job_claim", id="j")
+        assert refused["reply"] == "error" and "unknown op" in refused["error"]
+        assert s("job_claim", id="j") == {"reply": "claimed", "job": None}
+        s("job_put", place="waiting", job=job("j", 5, {"v": 1}))
+        mark = s("job_mark")["mark"]
+        assert s("job_claim", id="j") == {"reply": "claimed", "job": job("j", 5, {"v": 1})}
+        assert s("job_mark")["mark"] != mark, "a job left waiting: the mark must move"
+        assert s("job_get", place="firing", id="j")["job"] == job("j", 5, {"v": 1})
+        assert s("job_get", place="waiting", id="j")["job"] is None
+        assert s("job_next")["next"] is None, "its due entry must go with it"
+        assert s("job_claim", id="j") == {"reply": "claimed", "job": None}, "claimed twice"
+        assert s("job_claim", id="")["reply"] == "error"
