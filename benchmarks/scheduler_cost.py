@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -79,8 +80,18 @@ def what(seen: Seen) -> str:
     """A request as ``METHOD kind-of-key`` (lease, job record, mark, due entry...), for the breakdown."""
     from urllib.parse import unquote
 
-    target = unquote(unquote(seen.target.split("?", 1)[0]))
-    for part, name in (("/l/", "lease"), ("/j/", "job"), ("/mark", "mark"), ("_due/", "due"), ("/day", "day")):
+    path, _, query = seen.target.partition("?")
+    target = unquote(unquote(path))
+    named = re.search(r"(?:^|&)name=([^&]*)", query)  # a GCS upload names its object in the query...
+    if named:
+        target += "/" + unquote(unquote(named.group(1)))
+    else:  # ...or in the metadata part of a multipart body
+        in_body = re.search(rb'"name":\s*"([^"]*)"', seen.content)
+        if in_body:
+            target += "/" + in_body.group(1).decode("utf-8", "replace")
+    named_parts = (("/l/", "lease"), ("/j/", "job"), ("/mark", "mark"), ("_due/", "due"), ("/day", "day"),
+                   ("/seg/", "segment"), ("/ev/", "event"))
+    for part, name in named_parts:
         if part in target:
             return f"{seen.method} {name}"
     return f"{seen.method} {kind(seen)}"

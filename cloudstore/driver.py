@@ -62,9 +62,9 @@ settings (environment):
                           ERROR
   LNK_WAKE_DIR            folder of this machine's scheduler runners' sockets, nudged
                           when a job enters waiting (default /tmp/lnk-wake)
-  LNK_SCHEDULER_OPS       1: also answer job_due and job_claim, which name and move any
-                          agent's jobs; for the scheduler's own driver only, never one an
-                          agent reaches
+  LNK_SCHEDULER_OPS       1: also answer job_due, job_claim and lease_take, which name
+                          and move any agent's jobs and name lease holders; for the
+                          scheduler's own driver only, never one an agent reaches
 
 exit status: 0, or 2 for a usage error (an unknown command or extra arguments).
 """

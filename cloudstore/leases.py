@@ -42,20 +42,29 @@ class Leases:
         self.clock = space.store.clock
 
     def take(self, agent: Agent, thread: str, holder: str, lapse_ms: int) -> str:
+        return self.take_naming(agent, thread, holder, lapse_ms)[0]
+
+    def take_naming(self, agent: Agent, thread: str, holder: str, lapse_ms: int) -> tuple[str, str | None]:
+        """``take``, and who holds the lease when the answer is ``held`` (else None).
+
+        The scheduler's own driver answers this as ``lease_take``: a runner
+        refused a job's claim learns which runner has it, and so which
+        runners share its agents (``scheduling.peers``), at no extra request.
+        """
         keys = self.space.keys(agent)
         lost_once = [False]
 
-        def change(head: dict[str, Any]) -> tuple[Any, str]:
+        def change(head: dict[str, Any]) -> tuple[Any, tuple[str, str | None]]:
             now = self.clock.now_ms()
             if has_lease(head):
                 if head["holder"] == holder:
-                    return {**head, "renewed": now}, "took"
+                    return {**head, "renewed": now}, ("took", None)
                 if lost_once[0] or not lapsed(head, lapse_ms, now):
-                    return KEEP, "held"
+                    return KEEP, ("held", str(head["holder"]))
                 lost_once[0] = True
-                return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, "lapsed"
+                return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, ("lapsed", None)
             lost_once[0] = True
-            return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, "took"
+            return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, ("took", None)
 
         return self.heads.update(keys, thread, change)
 

@@ -31,7 +31,7 @@ from .tools import Tools
 Reply = dict[str, Any]
 
 #: Not in the wire protocol: answered only by a driver started with LNK_SCHEDULER_OPS=1 (the runner's own).
-SCHEDULER_OPS = ("job_due", "job_claim")
+SCHEDULER_OPS = ("job_due", "job_claim", "lease_take")
 DUE_LIMIT, DUE_LIMIT_MAX = 100, 1000  # job_due entries per reply: default, and one listing page at most
 UNKNOWN_WORDS = "outcome unknown: the change may or may not have been made"
 UNCHANGED_WORDS = "nothing was changed"
@@ -125,6 +125,13 @@ class Service:
         thread, holder = v.string(req, "thread"), v.string(req, "holder")
         lapse_ms = v.integer(req, "lapse_ms", minimum=0)
         return {"reply": "took", "took": self.leases_.take(agent, thread, holder, lapse_ms)}
+
+    def op_lease_take(self, req: dict, agent: v.Agent) -> Reply:
+        """Not in the wire protocol: ``take``, naming the holder when ``held`` (null otherwise)."""
+        thread, holder = v.string(req, "thread"), v.string(req, "holder")
+        lapse_ms = v.integer(req, "lapse_ms", minimum=0)
+        took, held_by = self.leases_.take_naming(agent, thread, holder, lapse_ms)
+        return {"reply": "took", "took": took, "holder": held_by}
 
     def op_renew(self, req: dict, agent: v.Agent) -> Reply:
         thread, holder = v.string(req, "thread"), v.string(req, "holder")

@@ -286,3 +286,27 @@ def test_job_claim_moves_waiting_to_firing_and_answers_the_job_only_for_the_sche
         assert s("job_next")["next"] is None, "its due entry must go with it"
         assert s("job_claim", id="j") == {"reply": "claimed", "job": None}, "claimed twice"
         assert s("job_claim", id="")["reply"] == "error"
+
+
+def test_lease_take_names_the_holder_only_for_the_schedulers_driver(store):
+    """lease_take (the runner's claim lease): take's answers, plus who holds it when held; refused by an
+    agent's driver."""
+    from dataclasses import replace
+
+    own = replace(store, env={**store.env, "LNK_SCHEDULER_OPS": "1"})
+    with serving(store) as plain, serving(own) as ops:
+        s = Session(ops[0], fresh_agent())
+        refused = Session(plain[0], s.agent)("lease_take", thread="job:j", holder="r1", lapse_ms=60_000)
+        assert refused["reply"] == "error" and "unknown op" in refused["error"]
+        assert s("leases", lapse_ms=60_000)["leases"] == [], "a refused request must change nothing"
+        take = {"thread": "job:j", "lapse_ms": 60_000}
+        assert s("lease_take", holder="r1", **take) == {"reply": "took", "took": "took", "holder": None}
+        assert s("lease_take", holder="r2", **take) == {"reply": "took", "took": "held", "holder": "r1"}
+        assert s("take", holder="r2", **take) == {"reply": "took", "took": "held"}, "the protocol's take is unchanged"
+        assert s("lease_take", holder="r1", **take) == {"reply": "took", "took": "took", "holder": None}
+        s("end", thread="job:j", holder="r1")
+        assert s("lease_take", holder="r2", **take) == {"reply": "took", "took": "took", "holder": None}
+        lapsing = {"thread": "job:k", "lapse_ms": 0}
+        assert s("lease_take", holder="r1", **lapsing)["took"] == "took"
+        assert s("lease_take", holder="r2", **lapsing) == {"reply": "took", "took": "lapsed", "holder": None}
+        assert s("lease_take", holder=5, **take)["reply"] == "error"

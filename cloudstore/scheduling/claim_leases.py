@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from .log import log
-from .store_client import AgentStore, StoreCallError
+from .store_client import Agent, AgentStore, StoreCallError
 
 FENCE = 2 / 3  # of the lapse: kill a fire whose claim is this stale (leaves lapse/3 for skew and the kill)
 THREAD_PREFIX = "job:"
@@ -72,8 +72,11 @@ class Claims:
     """Takes, renews, fences and lets go of this runner's claim leases."""
 
     def __init__(self, holder: str, lapse: float,
-                 renew_via: Callable[[AgentStore], AgentStore] | None = None) -> None:
+                 renew_via: Callable[[AgentStore], AgentStore] | None = None,
+                 held_by: Callable[[Agent, str], None] | None = None) -> None:
         self.holder = holder
+        # Told who holds a job's lease when a take is refused (``peers.Peers.saw``).
+        self.held_by = held_by or (lambda agent, holder: None)
         # Renewals through a driver process of their own: behind a burst of claims in the
         # runner's one serve process they waited past the lapse, and a live runner's fire
         # was fenced and fired again elsewhere.
@@ -90,8 +93,10 @@ class Claims:
     def take(self, store: AgentStore, job_id: str) -> Claim | None:
         """The job's lease for this runner, or None when another runner holds it."""
         sent = time.monotonic()
-        took = store.take(lease_thread(job_id), self.holder, self.lapse_ms)
+        took, holder = store.take_naming(lease_thread(job_id), self.holder, self.lapse_ms)
         if took == "held":
+            if holder is not None:
+                self.held_by(store.agent, holder)
             return None
         claim = Claim(store, job_id, took, sent)
         with self._lock:

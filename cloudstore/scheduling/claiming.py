@@ -87,18 +87,19 @@ class Claimer:
 
     # -- claiming ----------------------------------------------------------------
 
-    def dispatch(self, store: AgentStore, job_id: str, refused: Callable[[str], None]) -> bool:
+    def dispatch(self, store: AgentStore, job_id: str, told: Callable[[str], None]) -> bool:
         """Claim, fire and finish a due job on a worker; the caller holds a slot, which the worker frees.
 
         False (the slot still the caller's) when this runner has the job in
-        flight already.  A claim refused ("held", "gone") or failed
-        ("error") is told to ``refused`` from the worker.  Claims run on the
-        workers, in parallel: at a cloud's round trips a claim is several
-        requests, and claiming one job after another held due jobs back.
+        flight already.  How the claim went is told to ``told`` from the
+        worker: "claimed" (before the fire), refused ("held", "gone") or
+        failed ("error").  Claims run on the workers, in parallel: at a
+        cloud's round trips a claim is several requests, and claiming one
+        job after another held due jobs back.
         """
         if not self._enter(store.agent, job_id):
             return False
-        self._pool.submit(self._claim_and_fire, store, job_id, refused)
+        self._pool.submit(self._claim_and_fire, store, job_id, told)
         return True
 
     def reclaim(self, store: AgentStore, job_id: str) -> str:
@@ -126,7 +127,7 @@ class Claimer:
         self._pool.submit(self._fire_and_finish, store, job, claim, True)
         return "claimed"
 
-    def _claim_and_fire(self, store: AgentStore, job_id: str, refused: Callable[[str], None]) -> None:
+    def _claim_and_fire(self, store: AgentStore, job_id: str, told: Callable[[str], None]) -> None:
         claim: Claim | None = None
         outcome = "held"
         try:
@@ -136,6 +137,7 @@ class Claimer:
                 if found is not None:
                     job, recovered = found
                     outcome = "claimed"
+                    told(outcome)
                     self._fire_and_finish(store, job, claim, recovered)  # frees the slot and the job
                     return
                 outcome = "gone"
@@ -151,7 +153,7 @@ class Claimer:
             if outcome != "claimed":
                 self._leave(store.agent, job_id)
                 self._slots.release()
-        refused(outcome)
+        told(outcome)
 
     def _claim(self, store: AgentStore, job_id: str, claim: Claim) -> tuple[dict[str, Any], bool] | None:
         """With the lease taken: the job to fire (and whether it is a recovery), or None (lease let go)."""

@@ -12,15 +12,22 @@ One pass of the loop (see ``scheduler`` for what it promises):
 2. A poll (``scheduling.watch``): ONE ``job_due`` request through the runner's
    own driver names every agent's waiting jobs soonest first, and the runner
    keeps those of its own agents (agents reached through a bridge: one
-   listing of their waiting each).
+   listing of their waiting each).  A poll is good for ``poll_interval``:
+   jobs it showed due later are claimed when their due comes, without
+   polling again (the claim is the judge of whether they are still waiting);
+   a nudge, a poll gone stale or a due past what it could see polls afresh.
 3. Every job of ours due now is claimed, soonest first, while a worker is
    free (``scheduling.claiming``: lease, shift, read back, fire, finish).  A
-   claim refused as ``held`` (another runner's lease) is tried again after
-   ``backoff``; one refused as gone is not tried again for that index entry.
+   job whose owner (``scheduling.peers``: of the runners known to share its
+   agent, a rendezvous hash picks one) is another runner waits a grace
+   first, and is claimed only if still waiting then.  A claim refused as
+   ``held`` (another runner's lease) is tried again after ``backoff``; one
+   refused as gone is not tried again for that index entry.
 4. Nothing claimed: sleep until the soonest due we know, the next poll, or a
    nudge (``wake``: a driver on this machine put a job in waiting), whichever
    comes first.  Idle, a runner thus sends one request a ``poll_interval``
-   plus one recovery listing at most as often, whatever the number of agents.
+   plus one recovery listing at most as often, whatever the number of agents;
+   busy, still one poll a ``poll_interval``, however many jobs fall due.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from .claim_leases import Claims
 from .claiming import Claimer, due_of
 from .fire import FireCommand
 from .log import log
+from .peers import Peers
 from .store_client import Agent, AgentStore, StoreCallError
 from .watch import Due, Poll, Source
 
@@ -68,8 +76,19 @@ class Timing:
 
     @property
     def look_interval(self) -> float:
-        """The longest sleep between polls."""
+        """The longest sleep between polls, and how long a poll is trusted."""
         return min(self.poll_interval, self.max_sleep)
+
+    @property
+    def grace(self) -> float:
+        """How long a due job another runner owns waits before this one claims it: its owner's
+        poll (up to ``look_interval`` after ours) and claim come first."""
+        return self.look_interval + self.backoff
+
+
+def identity(found: Due) -> tuple[Agent, str, str | float]:
+    """One put of one job: its index entry's key, or (listed through a bridge) its due."""
+    return (found.agent, found.job, found.key if found.key is not None else found.due)
 
 
 class Runner:
@@ -91,7 +110,8 @@ class Runner:
         self.sources = list(sources)
         self.holder = holder
         self.timing = timing
-        self.claims = Claims(holder, timing.lapse, renew_via)
+        self.peers = Peers(holder)
+        self.claims = Claims(holder, timing.lapse, renew_via, held_by=self.peers.saw)
         self.claimer = Claimer(self.claims, fire, workers, keep_ending)
         self.listener = listener or WakeListener()
         self._stop = threading.Event()
@@ -103,6 +123,12 @@ class Runner:
         self._scanning: set[Agent] = set()  # the agents whose recovery lease this runner holds
         self._scan_next = 0  # the agent whose firing the next recovery step lists
         self._scan_at = 0.0  # monotonic time of the next recovery step
+        # The last poll, trusted for look_interval: when (monotonic), what it showed, and which of
+        # its entries were handed to a worker or told refused since (not handed again from it).
+        self._polls: list[Poll] = []
+        self._polled_at = -math.inf
+        self._handed: set[tuple[Agent, str, str | float]] = set()
+        self._first_seen: dict[tuple[Agent, str, str | float], float] = {}  # wall clock, per entry
 
     # -- the loop ------------------------------------------------------------
 
@@ -113,6 +139,7 @@ class Runner:
 
     def run(self) -> None:
         started = False
+        nudged = True  # the first look polls
         try:
             while not self._stop.is_set():
                 try:
@@ -124,9 +151,10 @@ class Runner:
                             nudges=self.listener.listening)
                     elif time.monotonic() >= self._scan_at:
                         self._recovery_step()
-                    wake_at = self._look()
+                    wake_at = self._look(nudged)
+                    nudged = False
                     if wake_at is not None:
-                        self._sleep(wake_at)
+                        nudged = self._sleep(wake_at)
                 except (StoreCallError, KeyError, TypeError, ValueError) as exc:  # the last three: a malformed reply
                     log("store_error", runner=self.holder, error=str(exc) or repr(exc))
                     self._stop.wait(self.timing.backoff)
@@ -135,75 +163,107 @@ class Runner:
             self.claims.close()
             self.listener.close()
 
-    def _look(self) -> float | None:
-        """Poll, claim what's due; the wall-clock time to sleep until, or None to look again at once."""
+    def _look(self, fresh: bool) -> float | None:
+        """Poll (when ``fresh`` or the last poll can't be trusted), claim what's due; the wall-clock
+        time to sleep until, or None to look again at once (polling afresh)."""
         now = time.time()
-        polls = [source.poll(now) for source in self.sources]
-        handed, later = self.claim_due(polls, time.time())
+        if fresh or not self._trusted(now):
+            self._poll(now)
+        handed, later = self.claim_due(self._polls, time.time())
         if handed is None:
+            self._polled_at = -math.inf
             return None  # stopped short of what the poll showed: poll afresh now
-        wake_at = now + self.timing.look_interval
-        for when in [later] + [p.horizon for p in polls]:
+        wake_at = time.time() + max(0.0, self.timing.look_interval - (time.monotonic() - self._polled_at))
+        for when in [later] + [p.horizon for p in self._polls]:
             if when is not None and when > now:
                 wake_at = min(wake_at, when)
         return wake_at
 
-    def _sleep(self, wake_at: float) -> None:
-        """Until ``wake_at`` (wall clock), the next recovery step, a nudge or ``stop``."""
+    def _trusted(self, now: float) -> bool:
+        """Whether the last poll still names what's due: young enough, and ``now`` within its sight."""
+        young = time.monotonic() - self._polled_at < self.timing.look_interval
+        return young and all(now < p.horizon for p in self._polls)
+
+    def _poll(self, now: float) -> None:
+        self._polls = [source.poll(now) for source in self.sources]
+        self._polled_at = time.monotonic()
+        self._handed.clear()  # a fresh poll is judged afresh (retry_at, gone and busy still hold)
+        shown = {identity(found) for p in self._polls for found in p.found}
+        self._first_seen = {k: t for k, t in self._first_seen.items() if k in shown}
+        for key in shown:
+            self._first_seen.setdefault(key, now)
+
+    def _sleep(self, wake_at: float) -> bool:
+        """Until ``wake_at`` (wall clock), the next recovery step, a nudge or ``stop``: whether nudged."""
         until = min(time.monotonic() + max(0.0, wake_at - time.time()), self._scan_at)
         left = until - time.monotonic()
         if left > 0 and not self._stop.is_set():
-            self.listener.wait(left)
+            return self.listener.wait(left)
+        return False
 
     # -- claiming ------------------------------------------------------------
 
     def claim_due(self, polls: Sequence[Poll], now: float) -> tuple[int | None, float | None]:
-        """Hand each polled job due by ``now`` to a worker (older seconds first, then in this runner's own
-        order): (how many were handed, or None when the poll went stale before all were; when the next
-        is ready).  Having handed them all, the runner sleeps until the next due without polling
-        again: the workers' claims are the judges of what they were handed."""
+        """Hand each polled job ready by ``now`` to a worker (older seconds first, then in this runner's
+        own order): (how many were handed, or None when the poll went stale before all were; when the
+        next is ready).  A job is ready at its due, or a grace later when another runner owns it
+        (``peers``).  Having handed them all, the runner sleeps until the next is ready without
+        polling again: the workers' claims are the judges of what they were handed."""
         with self._lock:
             self._retry_at = {k: t for k, t in self._retry_at.items() if t > now}
             mono = time.monotonic()
             self._gone = {k: t for k, t in self._gone.items() if t > mono}
-            retry_at, gone = dict(self._retry_at), set(self._gone)
+            retry_at, gone, handed = dict(self._retry_at), set(self._gone), set(self._handed)
         seen: set[tuple[Agent, str]] = set()
-        due: list[tuple[float, Due]] = []
+        due: list[tuple[float, Due, str]] = []
         later: float | None = None
         for found in sorted((d for p in polls for d in p.found), key=lambda d: d.due):
             if (found.agent, found.job) in seen or (found.key is not None and found.key in gone):
                 continue
             seen.add((found.agent, found.job))
+            if identity(found) in handed:
+                continue
             ready = max(found.due, retry_at.get((found.agent, found.job), 0.0))
+            owner = self.peers.owner(found.agent, found.job)
+            if owner != self.holder:  # its owner claims it first; ours if still waiting after a grace
+                shown = max(found.due, self._first_seen.get(identity(found), now))
+                ready = max(ready, shown + self.timing.grace)
             if ready <= now:
-                due.append((ready, found))
+                due.append((ready, found, owner))
             elif later is None or ready < later:
                 later = ready
         claimed = 0
         polled = time.monotonic()
-        for _, found in sorted(due, key=lambda entry: self._order(entry[0], entry[1])):
+        for _, found, owner in sorted(due, key=lambda entry: self._order(entry[0], entry[1])):
             if claimed and time.monotonic() - polled > STALE_POLL:
                 return None, later  # others have claimed meanwhile: a fresh poll costs less than claims of the gone
             if self.claimer.busy(found.agent, found.job):
                 continue
             if not self.claimer.acquire_slot(self._stop.is_set):
                 return None, later
-            if self.claimer.dispatch(found.store, found.job, self._on_refused(found)):
+            if self.claimer.dispatch(found.store, found.job, self._on_told(found, owner)):
+                with self._lock:
+                    self._handed.add(identity(found))
                 claimed += 1
             else:
                 self.claimer.release_slot()
         return claimed, later
 
-    def _on_refused(self, found: Due) -> Callable[[str], None]:
-        """What a worker tells when it could not claim ``found``: when (or whether) to try it again."""
-        def refused(outcome: str) -> None:
+    def _on_told(self, found: Due, owner: str) -> Callable[[str], None]:
+        """What a worker tells of its claim of ``found``: whether its owner failed it, when (or
+        whether) to try it again."""
+        def told(outcome: str) -> None:
+            if outcome == "claimed":
+                if owner != self.holder:  # still waiting a grace after its due: its owner didn't claim it
+                    self.peers.drop(found.agent, owner)
+                return
             with self._lock:
                 if outcome == "gone" and found.key is not None:
                     self._gone[found.key] = time.monotonic() + GONE_FOR  # a stale entry: the index drops it soon
                 else:  # held by another runner's lease, or the store failed: try again soon
                     self._retry_at[(found.agent, found.job)] = time.time() + self.timing.backoff
 
-        return refused
+        return told
 
     def _order(self, ready: float, found: Due) -> tuple[float, int]:
         """Older seconds first; within one second, an order of this runner's own.

@@ -236,6 +236,15 @@ class AgentStore:
     def take(self, thread: str, holder: str, lapse_ms: int) -> str:
         return str(self.op("take", thread=thread, holder=holder, lapse_ms=lapse_ms)["took"])
 
+    def take_naming(self, thread: str, holder: str, lapse_ms: int) -> tuple[str, str | None]:
+        """``take``, and the holder when ``held``: known only through the runner's own driver
+        (``lease_take``); a bridge answers the protocol's ``take``, which doesn't say."""
+        if not self.own_driver:
+            return self.take(thread, holder, lapse_ms), None
+        reply = self.op("lease_take", thread=thread, holder=holder, lapse_ms=lapse_ms)
+        held_by = reply.get("holder")
+        return str(reply["took"]), held_by if isinstance(held_by, str) else None
+
     def renew(self, thread: str, holder: str) -> bool:
         return self.op("renew", thread=thread, holder=holder)["reply"] == "done"
 

@@ -1,0 +1,184 @@
+"""How runners sharing an agent spread its due jobs (``scheduling.peers`` and ``Runner.claim_due``).
+
+Deterministic: no store and no process.  A runner whose claimer records what
+it was handed is shown polls at chosen times, with chosen peers known.
+
+* With no peer known a runner claims every due job at once (as every runner
+  did before spreading): forgetting is always safe.
+* With peers known, a job is claimed at once only by its owner (the highest
+  rendezvous weight of the runners known to share its agent); the others
+  claim it a grace after they first saw it due, and only then.
+* A runner that had to claim a job it deferred forgets that owner for that
+  agent: its next jobs are its own at once.
+* A poll is trusted for ``poll_interval``: a job handed from it is not
+  handed again from it, and jobs due later are claimed when due without a
+  fresh poll.
+* Owners are stable and spread: every runner computes the same owner for a
+  job, and three runners each own about a third of 3,000 jobs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from cloudstore.scheduling.peers import Peers, weight
+from cloudstore.scheduling.runner import Runner, Timing
+from cloudstore.scheduling.store_client import Agent, AgentStore
+from cloudstore.scheduling.watch import Due, Poll
+
+AGENT = Agent(owner="o", id="a")
+OTHER = Agent(owner="o", id="b")
+
+
+class RecordingClaimer:
+    """Stands for the workers: records each job handed, and tells the claim's outcome when asked."""
+
+    def __init__(self) -> None:
+        self.handed: list[str] = []
+        self.told: dict[str, Callable[[str], None]] = {}
+
+    def busy(self, agent: Agent, job_id: str) -> bool:
+        return False
+
+    def acquire_slot(self, stopping: Callable[[], bool]) -> bool:
+        return True
+
+    def release_slot(self) -> None:
+        pass
+
+    def dispatch(self, store: AgentStore, job_id: str, told: Callable[[str], None]) -> bool:
+        self.handed.append(job_id)
+        self.told[job_id] = told
+        return True
+
+    def shutdown(self) -> None:
+        pass
+
+
+class NoClient:
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        raise AssertionError(f"no store request expected: {request}")
+
+    def close(self) -> None:
+        pass
+
+
+def runner(holder: str, *peers: str, agent: Agent = AGENT) -> tuple[Runner, RecordingClaimer, AgentStore]:
+    store = AgentStore(agent, NoClient(), own_driver=True)
+    r = Runner([store], [], fire=None, holder=holder, timing=Timing(lapse=30.0, poll_interval=2.0))  # type: ignore[arg-type]
+    r.claims.close()
+    claimer = RecordingClaimer()
+    r.claimer = claimer  # type: ignore[assignment]
+    for peer in peers:
+        r.peers.saw(agent, peer)
+    return r, claimer, store
+
+
+def polled(r: Runner, store: AgentStore, dues: dict[str, float], now: float) -> list[Poll]:
+    """What a poll at ``now`` showed ``r``: these jobs of ``store``'s agent, each its own index entry."""
+    polls = [Poll([Due(store, job, due, key=f"k/{job}") for job, due in dues.items()])]
+    r._polls = polls
+    r._first_seen = {}
+    r._handed.clear()
+    for found in polls[0].found:
+        r._first_seen[(found.agent, found.job, found.key or found.due)] = now
+    return polls
+
+
+def owner_of(job: str, holders: list[str], agent: Agent = AGENT) -> str:
+    return max(holders, key=lambda h: (weight(h, agent, job), h))
+
+
+JOBS = {f"j{i}": 1000.0 for i in range(30)}
+
+
+def test_with_no_peer_known_every_due_job_is_claimed_at_once() -> None:
+    r, claimer, store = runner("A")
+    handed, later = r.claim_due(polled(r, store, JOBS, 1000.0), 1000.0)
+    assert handed == 30 and sorted(claimer.handed) == sorted(JOBS) and later is None
+
+
+def test_a_job_is_claimed_at_once_by_its_owner_only_and_by_others_after_a_grace() -> None:
+    holders = ["A", "B", "C"]
+    mine = {job for job in JOBS if owner_of(job, holders) == "A"}
+    assert 0 < len(mine) < len(JOBS), "the test needs jobs of each kind"
+    r, claimer, store = runner("A", "B", "C")
+    polls = polled(r, store, JOBS, 1000.0)
+    handed, later = r.claim_due(polls, 1000.0)
+    assert set(claimer.handed) == mine and handed == len(mine)
+    grace = r.timing.grace
+    assert later == 1000.0 + grace, "the others' jobs are ready a grace after they were first seen due"
+    assert r.claim_due(polls, 1000.0 + grace - 0.01) == (0, 1000.0 + grace), "handed twice from one poll"
+    handed, later = r.claim_due(polls, 1000.0 + grace)
+    assert set(claimer.handed) == set(JOBS) and len(claimer.handed) == len(JOBS) and later is None
+
+
+def test_a_job_seen_late_waits_a_grace_from_when_it_was_seen_not_from_its_due() -> None:
+    r, claimer, store = runner("A", "B")
+    theirs = next(job for job in JOBS if owner_of(job, ["A", "B"]) == "B")
+    polls = polled(r, store, {theirs: 900.0}, 1000.0)  # due long ago, first seen now
+    assert r.claim_due(polls, 1000.0) == (0, 1000.0 + r.timing.grace)
+    assert claimer.handed == []
+
+
+def test_an_owner_that_let_its_job_wait_is_forgotten_for_that_agent() -> None:
+    r, claimer, store = runner("A", "B")
+    r.peers.saw(OTHER, "B")
+    theirs = [job for job in JOBS if owner_of(job, ["A", "B"]) == "B"]
+    polls = polled(r, store, {theirs[0]: 1000.0}, 1000.0)
+    r.claim_due(polls, 1000.0 + r.timing.grace)
+    assert claimer.handed == [theirs[0]]
+    claimer.told[theirs[0]]("claimed")  # still waiting a grace after its due: B didn't claim it
+    assert r.peers.known(AGENT) == [] and r.peers.known(OTHER) == ["B"]
+    handed, _ = r.claim_due(polled(r, store, {job: 1001.0 for job in theirs[1:]}, 1001.0), 1001.0)
+    assert handed == len(theirs) - 1, "with B forgotten, its jobs are A's at once"
+
+
+def test_a_refused_claim_teaches_nothing_but_its_holder_does() -> None:
+    r, claimer, store = runner("A", "B")
+    theirs = next(job for job in JOBS if owner_of(job, ["A", "B"]) == "B")
+    polls = polled(r, store, {theirs: 1000.0}, 1000.0)
+    r.claim_due(polls, 1000.0 + r.timing.grace)
+    claimer.told[theirs]("held")  # B (or another) had it after all: B is not forgotten
+    assert r.peers.known(AGENT) == ["B"]
+
+
+def test_a_trusted_poll_claims_later_jobs_when_due_without_polling_again() -> None:
+    r, claimer, store = runner("A")
+    polls = polled(r, store, {"now": 1000.0, "soon": 1000.5, "later": 1100.0}, 1000.0)
+    assert r.claim_due(polls, 1000.0) == (1, 1000.5)
+    assert r.claim_due(polls, 1000.5) == (1, 1100.0)
+    assert claimer.handed == ["now", "soon"]
+    r._polled_at = math.inf  # young
+    assert r._trusted(1000.6)
+    r._polled_at = -math.inf
+    assert not r._trusted(1000.6), "a poll older than poll_interval is polled afresh"
+
+
+def test_owners_are_the_same_for_every_runner_and_spread_evenly() -> None:
+    holders = ["vm1/100/aa", "vm2/200/bb", "vm3/300/cc"]
+    views = [Peers(me) for me in holders]
+    for view in views:
+        for other in holders:
+            view.saw(AGENT, other)
+    jobs = [f"job-{i}" for i in range(3000)]
+    owners = [[view.owner(AGENT, job) for view in views] for job in jobs]
+    assert all(len(set(o)) == 1 for o in owners), "two runners disagree on an owner"
+    share = Counter(o[0] for o in owners)
+    assert set(share) == set(holders) and all(800 < n < 1200 for n in share.values()), share
+
+
+def test_peers_are_forgotten_after_their_ttl() -> None:
+    now = [0.0]
+    peers = Peers("A", ttl=10.0, clock=lambda: now[0])
+    peers.saw(AGENT, "B")
+    peers.saw(AGENT, "A")  # oneself is never a peer
+    assert peers.known(AGENT) == ["B"]
+    now[0] = 9.9
+    peers.saw(AGENT, "C")
+    now[0] = 10.5
+    assert peers.known(AGENT) == ["C"]
+    assert peers.owner(OTHER, "j") == "A", "an agent with no peer known is this runner's alone"
