@@ -62,6 +62,12 @@ settings (environment):
                           ERROR
   LNK_WAKE_DIR            folder of this machine's scheduler runners' sockets, nudged
                           when a job enters waiting (default /tmp/lnk-wake)
+  LNK_LOG_FORMAT          json: each log line on stderr is one JSON object (time, level,
+                          logger, program, message and the line's own fields); default text
+  LNK_METRICS_DIR         a folder: after each request, write this process's counters
+                          (bucket requests, retries, outcome-unknown errors, lost
+                          compare-and-set rounds, replies; by op) to a JSON file there, for
+                          the bridge's or the scheduler's metrics export (they set it)
   LNK_SCHEDULER_OPS       1: also answer job_due, job_claim and lease_take, which name
                           and move any agent's jobs and name lease holders; for the
                           scheduler's own driver only, never one an agent reaches
@@ -124,6 +130,7 @@ class Answerer:
     def __init__(self, info: DriverInfo) -> None:
         self.info = info
         self.service: Any = None
+        self.last_op = ""  # the op of the last request answered: deferred work is counted under it
 
     def _service(self) -> Any:
         if self.service is None:
@@ -145,9 +152,15 @@ class Answerer:
         return self.service
 
     def after_reply(self) -> None:
-        """The work a reply left for after it was sent (packing), so no reply waits on it."""
-        if self.service is not None:
-            self.service.conversations.run_deferred()
+        """The work a reply left for after it was sent (packing), so no reply waits on it.
+
+        Its store requests are counted in ``metrics`` under the op that left it.
+        """
+        if self.service is not None and self.service.conversations.deferred:
+            from .metrics import op_scope
+
+            with op_scope(self.last_op):
+                self.service.conversations.run_deferred()
 
     def answer(self, line: bytes) -> dict:
         from .settings import SettingError
@@ -157,18 +170,21 @@ class Answerer:
             request = parse_request(line)
             service = self._service()
         except (RequestError, SettingError) as exc:
+            from .metrics import REPLIES
+
+            REPLIES.inc("", "", "error")  # no store to name: a line that is no request, or a bad setting
             return error(str(exc))  # each message already says what went wrong; nothing was done
+        op = request.get("op")
+        self.last_op = op if isinstance(op, str) and op in service.ops else ""
         if not log.isEnabledFor(logging.DEBUG):
             return service.answer(request)
         before, start = service.space.store.requests, time.perf_counter()
         reply = service.answer(request)
-        op = request.get("op")
+        shown_op = op if isinstance(op, str) and len(op) <= SHOWN_MAX else shown(op)
+        requests, ms = service.space.store.requests - before, round((time.perf_counter() - start) * 1000, 2)
         log.debug(
-            "op=%s reply=%s requests=%d ms=%.2f",
-            op if isinstance(op, str) and len(op) <= SHOWN_MAX else shown(op),
-            reply.get("reply"),
-            service.space.store.requests - before,
-            (time.perf_counter() - start) * 1000,
+            "op=%s reply=%s requests=%d ms=%.2f", shown_op, reply.get("reply"), requests, ms,
+            extra={"op": shown_op, "reply": reply.get("reply"), "requests": requests, "ms": ms},
         )
         return reply
 
@@ -178,11 +194,12 @@ def configure_logging(name: str) -> None:
 
     The level is set on the ``cloudstore`` logger only: at DEBUG, botocore's
     and google-auth's loggers would write request headers (a session token,
-    an access key id, a signature) to stderr.
+    an access key id, a signature) to stderr.  ``LNK_LOG_FORMAT=json``: one
+    JSON object a line (``jsonlog``).
     """
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(f"{name}: %(levelname)s %(message)s"))
-    logging.basicConfig(handlers=[handler], level=logging.WARNING)
+    from . import jsonlog
+
+    jsonlog.configure(name, logging.WARNING, f"{name}: %(levelname)s %(message)s")
     level = os.environ.get("LNK_STORE_LOG", "WARNING").upper()
     log.setLevel(level if level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL") else "WARNING")
 
@@ -214,21 +231,34 @@ def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: TextIO | N
     sys.stdout = sys.stderr  # nothing but replies reaches the real stdout
     source = stdin or sys.stdin.buffer
     answerer = Answerer(info)
+    snapshots = None
+    if os.environ.get("LNK_METRICS_DIR"):  # metrics (and its import) only when an exporter asks
+        from .metrics import snapshot_writer
+
+        snapshots = snapshot_writer(info.name)
+
     def write(reply: dict[str, Any]) -> None:
         out.write(encode_reply(reply) + "\n")
         out.flush()
 
+    def done() -> None:
+        answerer.after_reply()
+        if snapshots is not None:
+            snapshots.flush()  # after the reply is out: it never waits on this
+
     try:
         if command == "call":
             write(answerer.answer(source.read()))
-            answerer.after_reply()
+            done()
             return 0
         for line in source:
             write(answerer.answer(line))
-            answerer.after_reply()
+            done()
     except BrokenPipeError:
         # The caller went away: nobody is left to answer. Quietly, not a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+        if snapshots is not None:
+            snapshots.flush()
         return 0
     return 0
 

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from . import metrics
 from .clock import StoreClock
 from .errors import CloudstoreError
 
@@ -319,6 +320,8 @@ class RetryingStore:
     landed or may have (all but those the store refused: precondition
     failed, already exists, not found), so that an operation that fails can
     tell whether it may have changed something: any write since it began.
+    Requests and retries are also counted in ``metrics`` (by ``label``, the
+    backend's kind, and the wire op being answered), for the exporters.
     """
 
     def __init__(self, backend: Backend, policy: RetryPolicy = RetryPolicy(), die_at: int | None = None) -> None:
@@ -330,6 +333,8 @@ class RetryingStore:
         self.requests = 0
         self.writes = 0
         self._count_lock = threading.Lock()
+        #: The backend's kind in metrics: "gcs", "s3" or "file".
+        self.label = backend_label(backend)
 
     # -- plumbing
 
@@ -339,6 +344,7 @@ class RetryingStore:
             self.requests += 1
             if self.requests == self.die_at:
                 failpoint()
+        metrics.REQUESTS.inc(self.label, metrics.current_op())
         try:
             result = fn()
         except (AlreadyExists, PreconditionFailed, NotFound):
@@ -349,6 +355,9 @@ class RetryingStore:
         self._changed(is_write)
         return result
 
+    def _retried(self) -> None:
+        metrics.RETRIES.inc(self.label, metrics.current_op())
+
     def _changed(self, is_write: bool) -> None:
         if is_write:
             with self._count_lock:
@@ -356,7 +365,7 @@ class RetryingStore:
 
     def _retry(self, fn: Callable[[], T], is_write: bool, what: str) -> T:
         try:
-            return retry_transient(self.policy, fn)
+            return retry_transient(self.policy, fn, self._retried)
         except Transient as exc:
             log.debug("gave up on %s: %r", what, exc.__cause__ or exc)
             state = "; outcome unknown" if is_write else ""
@@ -466,9 +475,10 @@ class RetryingStore:
         return self._retry(attempt, True, "delete")
 
 
-def retry_transient(policy: RetryPolicy, fn: Callable[[], T]) -> T:
+def retry_transient(policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable[[], None] | None = None) -> T:
     """``fn()`` again after each ``Transient``, jittered exponential waits, within the policy's
-    attempts and deadline; the last ``Transient`` is raised as it is.
+    attempts and deadline; the last ``Transient`` is raised as it is.  ``on_retry()`` is
+    called before each wait that another try follows (the seam counts retries by it).
 
     The one retry loop over a backend: the seam's and any tool that talks to a
     backend directly (``admin.migrate`` copies framed bytes) retry alike.
@@ -480,9 +490,25 @@ def retry_transient(policy: RetryPolicy, fn: Callable[[], T]) -> T:
         stop=tenacity.stop_after_attempt(policy.attempts) | tenacity.stop_after_delay(policy.deadline),
         wait=tenacity.wait_random_exponential(multiplier=policy.first_delay, max=policy.max_delay),
         reraise=True,
+        before_sleep=None if on_retry is None else (lambda _state: on_retry()),
     )
     result: T = retrying(fn)
     return result
+
+
+#: Backend classes' kinds in metrics; a wrapper (a test's faulty backend) is named by what it wraps (``inner``).
+_LABELS = {"GCSBackend": "gcs", "S3Backend": "s3", "LocalBackend": "file"}
+
+
+def backend_label(backend: object) -> str:
+    """``gcs``, ``s3`` or ``file`` for the three backends; another class's name, lowercase, otherwise."""
+    for _ in range(8):
+        inner = getattr(backend, "inner", None)
+        if type(backend).__name__ in _LABELS or inner is None:
+            break
+        backend = inner
+    name = type(backend).__name__
+    return _LABELS.get(name, name.lower())
 
 
 #: The environment variable tests set to kill a driver before its Nth store request.

@@ -80,17 +80,30 @@ Logs: one JSON object a line on stderr, a ``fired`` event per firing
 "duration_ms", "runner", "recovered", "killed"}), ``started`` and, on
 SIGTERM/SIGINT (which stop claiming and wait for the fires under way; a
 second signal kills), ``stopped`` with the requests sent by op.  Nothing is
-written on stdout; the command's stdout goes to stderr.
+written on stdout; the command's stdout goes to stderr.  The runner's own
+drivers log JSON lines too (``LNK_LOG_FORMAT=json``) unless the runner's
+environment or ``driver_env`` says otherwise.
+
+Metrics (``metrics_port`` / ``metrics_file``, or the flags): one counter per
+event of the log (``lnk_scheduler_events_total{event}``: fired, claim_failed,
+lease_lost, recovering, store_error, ...) and the runner's own drivers'
+counters (bucket requests, retries, outcome-unknown errors, lost
+compare-and-set rounds, replies, by op: ``cloudstore.metrics``), in the
+Prometheus text format.  Agents reached through a bridge are counted by
+that bridge's export.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from . import jsonlog, metrics
 from .client import program_argv
 from .scheduling.config import ConfigError, Settings, load
 from .scheduling.fire import FireCommand
@@ -112,8 +125,23 @@ OWN_DRIVER_ENV = {"LNK_SCHEDULER_OPS": "1"}
 POOL_MAX = 2  # driver processes for the workers at most (each holds an SDK and its connections)
 
 
-def build(settings: Settings) -> tuple[Runner, list[Counted]]:
-    """The runner and the clients it sends through (counted, for the ``stopped`` log)."""
+def own_driver_env(settings: Settings, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of the runner's own drivers: ``driver_env``, ``extra`` (metrics), ``OWN_DRIVER_ENV``.
+
+    Their logs share the runner's stderr, which is JSON lines: they log JSON
+    too unless the operator chose a format (here or in ``driver_env``).
+    """
+    env = {**settings.driver_env, **(extra or {}), **OWN_DRIVER_ENV}
+    if "LNK_LOG_FORMAT" not in os.environ:
+        env.setdefault("LNK_LOG_FORMAT", "json")
+    return env
+
+
+def build(settings: Settings, extra_env: Mapping[str, str] | None = None) -> tuple[Runner, list[Counted]]:
+    """The runner and the clients it sends through (counted, for the ``stopped`` log).
+
+    ``extra_env`` is laid over ``driver_env`` for the runner's own drivers (``LNK_METRICS_DIR``).
+    """
     clients: list[Counted] = []
     shared: Counted | None = None
     renewals: Counted | None = None  # the claims' renewals: a second process of the shared driver
@@ -140,7 +168,7 @@ def build(settings: Settings) -> tuple[Runner, list[Counted]]:
                 program = program_argv(settings.driver)[0]
                 if shutil.which(program, path=settings.driver_env.get("PATH")) is None:
                     raise ConfigError(f"driver {program!r} is not a program found on PATH")
-                env = {**settings.driver_env, **OWN_DRIVER_ENV}
+                env = own_driver_env(settings, extra_env)
                 # A driver process per worker, and one more for the polls: workers claim and finish
                 # in parallel instead of queueing behind one process's one request at a time.
                 pool = PooledServeClient(settings.driver, env, min(settings.workers, POOL_MAX) + 1)
@@ -176,6 +204,24 @@ def build(settings: Settings) -> tuple[Runner, list[Counted]]:
     return runner, clients
 
 
+def requests_sent(clients: Sequence[Counted]) -> dict[str, metrics.Family]:
+    """``lnk_scheduler_requests_total{op}``: the requests the runner sent (to its drivers and bridges), by op."""
+    family = metrics.Family("lnk_scheduler_requests_total",
+                            "Requests the runner sent to its drivers and bridges, by op.")
+    for client in clients:
+        for _ in range(10):  # a Counter copied while a worker adds a new op may raise: copy again
+            try:
+                by_op = dict(client.by_op)
+                break
+            except RuntimeError:
+                continue
+        else:
+            by_op = {}
+        for op, n in by_op.items():
+            family.add((("op", op),), n)
+    return {family.name: family}
+
+
 def _warm(store: AgentStore, ready: threading.Event) -> None:
     """Start the renewals' driver process with one cheap request; ``ready`` once it answered."""
     try:
@@ -192,12 +238,24 @@ def fire_command(settings: Settings) -> FireCommand:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Lines of Python's logging (a module's warning) as JSON too, beside the events ``log`` writes itself.
+    jsonlog.configure("lnk-cloud-scheduler", logging.WARNING, "%(message)s", json_format=True, capture_stderr=False)
+    exporter: metrics.Exporter | None = None
     try:
         settings = load(argv)
-        runner, clients = build(settings)
+        exporter = metrics.export(settings.metrics_port, settings.metrics_file)
+        runner, clients = build(settings, exporter.driver_env if exporter is not None else None)
+        if exporter is not None:
+            exporter.collector.extra = lambda: requests_sent(clients)
+            exporter.start()
     except (ConfigError, OSError, ValueError) as exc:
+        if exporter is not None:
+            exporter.stop()
         print(f"lnk-cloud-scheduler: {exc}", file=sys.stderr)
         return 2
+    if exporter is not None:
+        log("metrics", port=exporter.address[1] if exporter.address else None,
+            host=exporter.address[0] if exporter.address else None, file=settings.metrics_file)
 
     def on_signal(signum: int, _frame: object) -> None:
         # First signal: finish what's under way. Second: die now (fires die with us).
@@ -215,6 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 by_op[op] = by_op.get(op, 0) + n
             client.close()
         log("stopped", runner=settings.runner, fired=runner.claimer.fired, requests=sum(by_op.values()), by_op=by_op)
+        if exporter is not None:
+            exporter.stop()  # after the drivers ended and the last event: the file's final counts
     return 0
 
 

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from . import metrics
 from . import validate as v
 from .conversations import Conversations
 from .files import Files
@@ -71,20 +72,38 @@ class Service:
         An error names what went wrong and, unless the request was refused
         before it acted, whether anything may have changed: any write that
         landed or may have landed since the op began makes it ``outcome unknown``.
+
+        Counted in ``metrics``: the reply by kind, and an error saying
+        ``outcome unknown``, both under the op's name when it is one of the
+        table's (else ""), as is every store request made while answering.
         """
+        op = request.get("op")
+        name = op if isinstance(op, str) and op in self.ops else ""
+        backend = self.space.store.label
+        with metrics.op_scope(name):
+            reply, unknown = self._answer(request)
+        metrics.REPLIES.inc(backend, name, str(reply.get("reply")))
+        if unknown:
+            metrics.OUTCOME_UNKNOWN.inc(backend, name)
+        return reply
+
+    def _answer(self, request: dict) -> tuple[Reply, bool]:
+        """``answer``'s reply, and whether it is an error saying ``outcome unknown``."""
         store = self.space.store
         before = store.writes
         try:
-            return self.handle(request)
+            return self.handle(request), False
         except v.RequestError as exc:
-            return error(str(exc))
+            return error(str(exc)), False
         except (StoreUnavailable, Contention) as exc:
             if getattr(exc, "outcome_unknown", False):
-                return error(str(exc))  # a write's fate unknown: its message already says so
-            return error(f"{exc}; {_outcome(store.writes > before)}")
+                return error(str(exc)), True  # a write's fate unknown: its message already says so
+            unknown = store.writes > before
+            return error(f"{exc}; {_outcome(unknown)}"), unknown
         except Exception as exc:  # noqa: BLE001 - any failure is this request's error reply
             log.error("request failed:\n%s", traceback.format_exc())
-            return error(f"internal error ({type(exc).__name__}: {exc}); {_outcome(store.writes > before)}")
+            unknown = store.writes > before
+            return error(f"internal error ({type(exc).__name__}: {exc}); {_outcome(unknown)}"), unknown
 
     def handle(self, request: dict) -> Reply:
         op = request.get("op")

@@ -8,12 +8,14 @@ that settles every race on one object.
 
 from __future__ import annotations
 
+import contextvars
 import json
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from . import metrics
 from .cache import Bounded
 from .errors import CloudstoreError
 from .generations import (
@@ -49,13 +51,24 @@ class Contention(CloudstoreError):
     """A compare-and-set loop lost every round; nothing of ours was written."""
 
 
+class ContextPool(ThreadPoolExecutor):
+    """A thread pool whose tasks run in a copy of the submitter's context (``contextvars``).
+
+    So a request made on a pool thread is counted for the wire op its
+    submitter is answering (``metrics.op_scope``), as if made in line.
+    """
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
+
+
 @dataclass
 class Space:
     """One store, its key prefix, and a pool for parallel reads."""
 
     store: RetryingStore
     root: str
-    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=16))
+    pool: ThreadPoolExecutor = field(default_factory=lambda: ContextPool(max_workers=16))
     # key -> (version, what a reader made of it), and key -> (object written, its value): see update
     _seen: Bounded[str, tuple[str, Any]] = field(default_factory=lambda: Bounded(SEEN_BUDGET))
     _written: Bounded[str, tuple[Object, Any]] = field(default_factory=lambda: Bounded(WRITTEN_BUDGET))
@@ -186,6 +199,7 @@ class Space:
             try:
                 written = self.store.put(key, payload, mode)
             except (AlreadyExists, PreconditionFailed):
+                metrics.CAS_LOST.inc(self.store.label, metrics.current_op())
                 if remembered is None:
                     backoff_sleep(attempt)
                 remembered = None

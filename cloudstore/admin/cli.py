@@ -11,7 +11,8 @@ environment variables the drivers read (``AWS_ENDPOINT_URL_S3`` /
 chains).  Output (tables, JSON, summaries) goes to stdout; logs and progress
 to stderr.  Exit 0 on success, 1 when the command failed (a refused
 destination, a migration that does not verify, the store failing), 2 on a
-usage error.
+usage error.  ``--log-format json`` (or ``LNK_LOG_FORMAT=json``): every line on
+stderr is one JSON object (logs, errors, progress: ``cloudstore.jsonlog``).
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
+from .. import jsonlog
 from ..generations import StoreError
 from ..settings import SettingError
 
@@ -30,6 +33,7 @@ ENVIRONMENT = """settings read from the environment (as the drivers do):
   STORAGE_EMULATOR_HOST                     use fake-gcs-server instead of GCS
   GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_CLOUD_PROJECT
   LNK_STORE_LOG=debug                       log every bucket request on stderr
+  LNK_LOG_FORMAT=json                       log one JSON object a line on stderr (as --log-format json)
 """
 
 
@@ -38,6 +42,8 @@ def parser() -> argparse.ArgumentParser:
         prog="lnk-store-admin", description="Inspect, garbage-collect and migrate a cloudstore store.",
         epilog=ENVIRONMENT, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--log-format", choices=["text", "json"], default=None,
+                   help="text lines on stderr, or one JSON object a line (default: LNK_LOG_FORMAT, else text)")
     sub = p.add_subparsers(dest="command", required=True)
     i = sub.add_parser("inspect", help="what the store holds, per agent and in total")
     i.add_argument("url")
@@ -58,20 +64,32 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+log = logging.getLogger("cloudstore.admin")
+
+
+def _say(args: argparse.Namespace, message: str) -> None:
+    """A failure, on stderr: an error record in JSON mode, the program's line otherwise."""
+    if args.json_logs:
+        log.error("%s", message)
+    else:
+        print(f"lnk-store-admin: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    level = logging.DEBUG if __import__("os").environ.get("LNK_STORE_LOG") == "debug" else logging.WARNING
-    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(message)s")
+    level = logging.DEBUG if os.environ.get("LNK_STORE_LOG") == "debug" else logging.WARNING
+    args.json_logs = jsonlog.wants_json(args.log_format)
+    jsonlog.configure("lnk-store-admin", level, "%(asctime)s %(levelname)s %(message)s", args.json_logs)
     try:
         return _run(args)
     except SettingError as exc:
-        print(f"lnk-store-admin: {exc}", file=sys.stderr)
+        _say(args, str(exc))
         return 2
     except StoreError as exc:
-        print(f"lnk-store-admin: the store failed: {exc}", file=sys.stderr)
+        _say(args, f"the store failed: {exc}")
         return 1
     except KeyboardInterrupt:
-        print("lnk-store-admin: interrupted", file=sys.stderr)
+        _say(args, "interrupted")
         return 130
 
 
@@ -84,7 +102,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             report = inspect.inspect(open_url(args.url), lapse_ms=args.lapse_ms)
         except OpError as exc:
-            print(f"lnk-store-admin: {exc}", file=sys.stderr)
+            _say(args, str(exc))
             return 1
         print(json.dumps(report, indent=2, sort_keys=False) if args.json else inspect.table(report))
         return 0
@@ -101,7 +119,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         summary = migrate.migrate(args.src, args.dst, force=args.force, workers=max(1, args.workers))
     except migrate.Refused as exc:
-        print(f"lnk-store-admin: refused: {exc}", file=sys.stderr)
+        _say(args, f"refused: {exc}")
         return 1
     print(json.dumps(summary.as_dict(), indent=2) if args.json else migrate.text(summary))
     return 0 if summary.ok else 1

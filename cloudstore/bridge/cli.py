@@ -15,6 +15,11 @@ strings; anything else (or an agent given twice, or an unreadable or
 non-JSON file) is a usage error: the reason, naming the key path
 (``agents[2].owner``), on stderr and exit 2.  A key file that can't be used
 exits 1.  Logs go to stderr; the bridge writes nothing to stdout.
+
+Metrics (``--metrics-port``, ``--metrics-file``): the bridge's calls by op and
+outcome, and its drivers' counters (``LNK_METRICS_DIR`` is set for them, see
+``cloudstore.metrics``), in the Prometheus text format.  ``--log-format json``
+(or ``LNK_LOG_FORMAT=json``): one JSON object a log line, for the drivers too.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from .. import jsonlog, metrics
 from ..client import env_pairs
 from ..config_schema import ConfigFileError, Field, ListOf, Nullable, Number, Obj, Str, load_config
 from .limits import Limits
@@ -92,6 +98,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
         help="the least level logged on stderr (default: %(default)s)",
+    )
+    p.add_argument(
+        "--log-format", choices=["text", "json"], default=None,
+        help="text lines, or one JSON object a line (time, level, logger, program, message, fields), "
+        "for the bridge and its drivers (default: LNK_LOG_FORMAT, else text)",
+    )
+    p.add_argument(
+        "--metrics-port", metavar="[HOST:]PORT",
+        help="serve counters (calls by op and outcome; the drivers' bucket requests, retries, outcome-unknown "
+        "errors, lost compare-and-set rounds, replies) at http://HOST:PORT/metrics in the Prometheus text "
+        "format (HOST default 127.0.0.1; PORT 0: any free port, logged)",
+    )
+    p.add_argument(
+        "--metrics-file", metavar="PATH",
+        help="write the same text to PATH, replaced atomically every 5 s and at exit",
     )
     return p
 
@@ -159,30 +180,48 @@ def main(argv: Sequence[str] | None = None) -> int:
             SECONDS.check(value, flag)
         except ValueError as exc:
             parser.error(str(exc))
-    logging.basicConfig(stream=sys.stderr, level=args.log_level, format="lnk-store-bridge: %(levelname)s %(message)s")
+    as_json = jsonlog.wants_json(args.log_format)
+    jsonlog.configure("lnk-store-bridge", args.log_level, "lnk-store-bridge: %(levelname)s %(message)s", as_json)
+    try:
+        exporter = metrics.export(args.metrics_port, args.metrics_file)
+    except ValueError as exc:
+        parser.error(f"--metrics-port {exc}")
     try:
         agents = agents_from(args, parser)
     except (KeyFileError, OSError, ValueError) as exc:
         log.error("%s", exc)
-        return 1
+        return _stopped(exporter, 1)
     limits = Limits(call_timeout=args.call_timeout, request_timeout=args.request_timeout)
-    bridge = StoreBridge(
-        args.harness, agents, args.driver, env_pairs(args.driver_env, "--driver-env", parser.error), limits
-    )
+    driver_env = env_pairs(args.driver_env, "--driver-env", parser.error)
+    if as_json:
+        driver_env.setdefault(jsonlog.FORMAT_SETTING, "json")  # one stream of JSON lines: the drivers' stderr is ours
+    if exporter is not None:
+        driver_env.update(exporter.driver_env)
+    bridge = StoreBridge(args.harness, agents, args.driver, driver_env, limits)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     try:
+        if exporter is not None:
+            exporter.start()
         bridge.start()
     except Exception as exc:
         log.error("cannot start: %s", exc)
-        return 1
+        return _stopped(exporter, 1)
     try:
         while not stop.wait(3600):
             pass
     finally:
         bridge.stop()
+        _stopped(exporter, 0)
     return 0
+
+
+def _stopped(exporter: metrics.Exporter | None, code: int) -> int:
+    """Stop the metrics export (the file written a last time, after the drivers ended); ``code``."""
+    if exporter is not None:
+        exporter.stop()
+    return code
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ holds with glibc's mmap threshold pinned (``memory``), done at ``start``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -44,6 +45,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from .. import metrics
 from ..client import dumps
 from ..validate import Agent, shown
 from . import rules
@@ -64,6 +66,15 @@ log = logging.getLogger("cloudstore.bridge")
 SOCKET_NAME = ".link-store.sock"
 LISTEN_BACKLOG = 1024  # a flood fills the backlog between the gate's turns; a caller's connect should not wait on it
 _UNKNOWN_KEY = os.urandom(32)  # proofs for agents not served are still checked, at the same cost
+
+#: Every call's end, by op (a name the driver's contract keeps; "" before the request is checked) and
+#: outcome: answered (the driver's reply passed on, an error reply included), refused, busy, timeout,
+#: driver (it died or answered no reply line), no_request (proved, then sent no request line in time).
+CALLS = metrics.counter(
+    "lnk_bridge_calls_total",
+    "Calls the store bridge ended, by op (\"\" before the request was checked) and outcome.",
+    ("op", "outcome"),
+)
 
 
 @dataclass(frozen=True)
@@ -215,17 +226,20 @@ class StoreBridge:
             spec = self._prove(line)
         except Refused as exc:
             self._log(logging.WARNING, "refused-proof", "refused a proof: %s", exc)
+            CALLS.inc("", "refused")
             return self._error(f"refused: {exc}")
         try:
             self.slots.take(spec.agent)
         except Busy as exc:
             self._log(logging.WARNING, "busy", "busy for %s: %s", _name(spec.agent), exc)
+            CALLS.inc("", "busy")
             return self._error(f"busy: {exc}")
         try:
             self.workers.submit(lambda: self._proved_call(sock, spec, rest))
         except PoolBusy as exc:
             self.slots.give_back(spec.agent)
             self._log(logging.WARNING, "busy", "busy for %s: %s", _name(spec.agent), exc)
+            CALLS.inc("", "busy")
             return self._error(f"busy: {exc}")
         return None
 
@@ -262,14 +276,18 @@ class StoreBridge:
             line = reader.read_line(time.monotonic() + limits.request_timeout, limits.max_request_bytes)
         except (LineClosed, LineTimeout) as exc:
             log.warning("%s proved but sent no request within %g s: %s", _name(spec.agent), limits.request_timeout, exc)
+            CALLS.inc("", "no_request")
             return None
         except LineTooLong as exc:
+            CALLS.inc("", "refused")
             return self._error(f"refused: request {exc}")
         except LineOverBudget as exc:
             self._log(logging.WARNING, "budget", "busy for %s: %s", _name(spec.agent), exc)
+            CALLS.inc("", "busy")
             return self._error(f"busy: reading requests already holds the bridge's memory budget ({exc})")
         cost = parse_cost(line)
         if cost > self.budget.total:
+            CALLS.inc("", "refused")
             return self._error(
                 f"refused: request would take {cost / MiB:.0f} MiB to check, over the bridge's "
                 f"{self.budget.total / MiB:.0f} MiB for requests (too many JSON values)"
@@ -282,6 +300,7 @@ class StoreBridge:
                 _name(spec.agent),
                 len(line),
             )
+            CALLS.inc("", "busy")
             return self._error(f"busy: checking requests already holds the bridge's memory budget "
                                f"({self.budget.total / MiB:.0f} MiB)")
         return self._call(spec, line, hold)
@@ -315,28 +334,46 @@ class StoreBridge:
             rules.check_call(request, spec.agent, self.contract, spec.folder)
         except Refused as exc:
             log.warning("refused a call of %s: %s", _name(spec.agent), exc)
+            CALLS.inc("", "refused")
             return self._error(f"refused: {exc}")
         env = {**self.driver_env, "LNK_STORE_DIR": spec.store_dir}
-        op = request.get("op")
+        op = _op_label(request.get("op"))
         del request
         hold.resize(min(hold.size, call_cost(line)))
         try:
             reply = self.pool.call(spec.agent, env, line)
         except DriverTimeout as exc:
             log.warning("%s of %s: %s", op, _name(spec.agent), exc)
+            CALLS.inc(op, "timeout")
             return self._error(f"timeout: {exc}")
         except NoDriverFree as exc:
             log.warning("%s of %s: %s", op, _name(spec.agent), exc)
+            CALLS.inc(op, "busy")
             return self._error(f"busy: {exc}")
         except DriverFailed as exc:
             log.warning("%s of %s: driver failed: %s", op, _name(spec.agent), exc)
+            CALLS.inc(op, "driver")
             return self._error(f"driver: {exc}")
         log.debug("%s of %s answered", op, _name(spec.agent))
+        CALLS.inc(op, "answered")
         return reply
 
     @staticmethod
     def _error(reason: str) -> bytes:
         return dumps(rules.error_reply(reason)).encode("utf-8")
+
+
+@functools.cache
+def _ops() -> frozenset[str]:
+    """The ops the drivers of this project answer (their table, read once)."""
+    from ..service import Service
+
+    return frozenset(name[3:] for name in dir(Service) if name.startswith("op_"))
+
+
+def _op_label(op: object) -> str:
+    """A request's op as a metrics label: a known op's name, else "other" (a caller's string is never kept)."""
+    return op if isinstance(op, str) and op in _ops() else "other"
 
 
 def _name(agent: Agent) -> str:

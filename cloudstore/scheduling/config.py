@@ -15,7 +15,8 @@ says "no owner" (null) and any owner or id exactly::
       "fire_env": {"JOB_API": "https://jobs.internal"},
       "fire_pass_env": ["HTTPS_PROXY"],
       "fire_timeout": 300, "lapse": 30, "poll_interval": 2, "max_sleep": 30,
-      "workers": 4, "keep_ending": false, "runner": "host-a"
+      "workers": 4, "keep_ending": false, "runner": "host-a",
+      "metrics_port": 9464, "metrics_file": "/var/lib/lnk/scheduler.prom"
     }
 
 An agent with ``bridge`` and ``key_file`` is reached through its store bridge
@@ -33,6 +34,11 @@ other values.
 The file is checked against ``SCHEMA`` (``config_schema``): strictly typed,
 unknown keys refused, the reason naming the key path.  A flag's value is
 checked by the same rule, named by the flag.
+
+``metrics_port`` (a port, or ``"HOST:PORT"``; HOST defaults to 127.0.0.1)
+and ``metrics_file`` export the runner's counters (one per event of its log,
+``lnk_scheduler_events_total``) and its own drivers' (``cloudstore.metrics``)
+in the Prometheus text format.
 """
 
 from __future__ import annotations
@@ -92,6 +98,16 @@ def _blank_shell_line(line: str) -> str | None:
     return None if line.strip() else "is a blank shell line"
 
 
+def _listen(text: str) -> str | None:
+    from ..metrics import parse_listen
+
+    try:
+        parse_listen(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _argv_program(argv: list[str]) -> str | None:
     return "must start with the program, not an empty string" if argv[0] == "" else None
 
@@ -137,6 +153,8 @@ SCHEMA = Obj(
         "workers": Field(Int(1, WORKERS_MAX)),
         "keep_ending": Field(Bool()),
         "runner": Field(Str(forbid="\0")),
+        "metrics_port": Field(Either((Str(extra=_listen), Int(0, 65535)))),
+        "metrics_file": Field(FILE_PATH),
     }
 )
 
@@ -167,6 +185,8 @@ class Settings:
     workers: int = WORKERS
     keep_ending: bool = False
     runner: str = ""
+    metrics_port: str | int | None = None  # PORT or "HOST:PORT": serve GET /metrics
+    metrics_file: str | None = None  # rewrite the metrics text there every few seconds
 
 
 EPILOG = """\
@@ -177,7 +197,8 @@ key, a wrong type or an out-of-range number stops the runner at start-up):
    "driver": "lnk-bucket-store", "driver_env": {"LNK_BUCKET_URL": "s3://bucket/prefix"},
    "fire": ["/usr/local/bin/fire-job"], "fire_env": {}, "fire_pass_env": [],
    "fire_timeout": 300, "lapse": 30, "poll_interval": 2, "max_sleep": 30,
-   "workers": 4, "keep_ending": false, "runner": "host-a"}
+   "workers": 4, "keep_ending": false, "runner": "host-a",
+   "metrics_port": 9464, "metrics_file": "/var/lib/lnk/scheduler.prom"}
 Flags add agents and environment entries to the file's and override the rest.
 An agent with "bridge" and "key_file" is reached through its store bridge;
 every other through this runner's own driver processes (run as
@@ -192,7 +213,10 @@ promised: a due job is fired once when no runner dies, at least once when
 one does (after its lease lapses), never by two runners at the same time.
 Idle, a runner sends about one store request a poll_interval whatever the
 number of agents; a job put on this machine wakes it at once (LNK_WAKE_DIR).
-Logs: one JSON object a line on stderr; nothing on stdout. SIGTERM/SIGINT:
+Logs: one JSON object a line on stderr (its own drivers' too, unless driver_env
+sets LNK_LOG_FORMAT); nothing on stdout. Metrics (metrics_port, metrics_file):
+lnk_scheduler_events_total{event} and the drivers' lnk_store_* counters, in the
+Prometheus text format. SIGTERM/SIGINT:
 stop claiming, finish the fires under way (a second signal kills).
 exit status: 0 after a signal, 2 for a bad setting.
 """
@@ -226,6 +250,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-ending", action="store_true", default=None,
                    help="leave finished jobs in 'ending' for the operator instead of removing them")
     p.add_argument("--runner-id", help="this runner's name in leases and logs (default host/pid/random)")
+    p.add_argument("--metrics-port", metavar="[HOST:]PORT",
+                   help="serve counters at http://HOST:PORT/metrics, Prometheus text format (HOST default "
+                        "127.0.0.1; PORT 0: any free port, logged in a 'metrics' event)")
+    p.add_argument("--metrics-file", metavar="PATH",
+                   help="write the same text to PATH, replaced atomically every 5 s and at exit")
     return p
 
 
@@ -292,6 +321,8 @@ def _load(args: argparse.Namespace) -> Settings:
         workers=pick("--workers", "workers", WORKERS),
         keep_ending=pick("--keep-ending", "keep_ending", False),
         runner=pick("--runner-id", "runner", None) or default_runner_id(),
+        metrics_port=pick("--metrics-port", "metrics_port", None),
+        metrics_file=pick("--metrics-file", "metrics_file", None),
     )
     check(settings)
     return settings

@@ -3,6 +3,10 @@
 One writer for every thread (main loop, lease renewer, fire workers), so lines
 never interleave; each line is written and flushed whole, so a supervisor or
 a test reading the stream sees complete events even if the runner is killed.
+
+Every event is also counted (``lnk_scheduler_events_total{event}``), so the
+runner's metrics export has one counter per kind of line of this log
+without any other part of the scheduler knowing of metrics.
 """
 
 from __future__ import annotations
@@ -13,11 +17,16 @@ import threading
 import time
 from typing import Any
 
+from ..metrics import counter
+
 _lock = threading.Lock()
+EVENTS = counter("lnk_scheduler_events_total", "Events of the scheduler's log (fired, claim_failed, lease_lost, "
+                 "recovering, store_error, ...), by event.", ("event",))
 
 
 def log(event: str, **fields: Any) -> None:
     """Write ``{"event": event, **fields, "at": <now>}`` as one line on stderr."""
+    EVENTS.inc(event)
     record = {"event": event, **fields}
     record.setdefault("at", round(time.time(), 3))
     line = json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
