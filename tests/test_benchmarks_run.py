@@ -52,3 +52,17 @@ def test_cloud_round_trips_prints_every_figure():
             line[:18].rstrip() for line in table.splitlines() if line.count("|") == 2 and not line.startswith("figure ")
         ]
         assert figures == list(bench.FIGURES), f"{label}: rows {figures}\n{out}"
+
+
+def test_gc_after_jobs_prints_every_figure_on_file():
+    # benchmarks/gc_after_jobs.py at small settings on the local folder: 20 jobs, every step of the admin tool.
+    script = os.path.join(ROOT, "benchmarks", "gc_after_jobs.py")
+    argv = [sys.executable, script, "--backends", "file", "--jobs", "20", "--spread", "2", "--runners", "2"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert "== file (file://): 20 jobs fired" in out, out
+    for label in ("inspect before", "gc dry run (default min-age)", "gc --apply (default min-age)",
+                  "inspect after default gc", "gc dry run --min-age 0", "gc --apply --min-age 0", "inspect after"):
+        assert f"  {label} " in out, f"no row for {label}\n{out}"
+    assert "TOTAL" in out and "live state" in out and "failed" not in out, out
