@@ -160,6 +160,7 @@ class Runner:
                     self._stop.wait(self.timing.backoff)
         finally:
             self.claimer.shutdown()
+            self._leave_recovery()
             self.claims.close()
             self.listener.close()
 
@@ -314,6 +315,17 @@ class Runner:
             self._scanning.add(store.agent)
             return True
         return False
+
+    def _leave_recovery(self) -> None:
+        """End the recovery leases this runner holds, so a runner stopped on purpose is replaced as
+        scanner at the next step of another, not a lapse later; a failure only leaves them to lapse."""
+        for store in self.stores:
+            if store.agent in self._scanning:
+                try:
+                    store.end(RECOVERY_THREAD, self.holder)
+                except StoreCallError as exc:
+                    log("lease_end_failed", runner=self.holder, agent=store.agent.label(), error=str(exc))
+        self._scanning.clear()
 
     def recover(self, stores: Sequence[AgentStore]) -> None:
         """Fire again each job left in firing by a runner that died (its lease lapsed)."""

@@ -192,3 +192,22 @@ def test_claim_is_exclusive_while_fires_outlast_lapse(rig: Rig) -> None:
     assert all(e["killed"] is None and e["duration_ms"] >= hold * 1000 for e in logged)
     assert not [e for r in rig.runners for e in r.events() if e["event"] in ("lease_lost", "lost_job", "recovering")]
 
+
+
+def test_a_runner_stopped_on_purpose_ends_its_recovery_leases(rig: Rig) -> None:
+    """SIGTERM: the runner's ``scheduler:recovery`` leases are ended, so another runner scans those
+    agents at its next step instead of a lapse later (a killed runner's leases lapse: tested above)."""
+    runner = rig.start_runner()
+    rig.wait_started()
+
+    def recovery_leases() -> list[dict[str, Any]]:
+        return [lease for agent in AGENTS
+                for lease in rig.store.request({"op": "leases", "agent": agent, "lapse_ms": 60_000})["leases"]
+                if lease["thread"] == "scheduler:recovery"]
+
+    wait_for(lambda: len(recovery_leases()) == len(AGENTS), 60, "the runner to scan every agent")
+    assert all(lease["holder"] == runner.events("started")[0]["runner"] for lease in recovery_leases())
+    rig.stop_all()
+    assert runner.proc.returncode == 0
+    assert recovery_leases() == [], "a runner stopped on purpose left its recovery leases held"
+    assert not runner.events("lease_end_failed")
