@@ -13,7 +13,6 @@ if the failing request was a read.
 
 from __future__ import annotations
 
-import json
 import logging
 import traceback
 from collections.abc import Callable
@@ -124,7 +123,7 @@ class Service:
     def op_read(self, req: dict, agent: v.Agent) -> Reply:
         thread = v.string(req, "thread")
         first = v.integer(req, "first", minimum=1, default=1)
-        events = [json.loads(e) for e in self.conversations.read(agent, thread, first)]
+        events = self.conversations.read(agent, thread, first)
         return {"reply": "events", "events": events}
 
     def op_last(self, req: dict, agent: v.Agent) -> Reply:
