@@ -22,7 +22,9 @@ One pass of the loop (see ``scheduler`` for what it promises):
    agent, a rendezvous hash picks one) is another runner waits a grace
    first, and is claimed only if still waiting then.  A claim refused as
    ``held`` (another runner's lease) is tried again after ``backoff``; one
-   refused as gone is not tried again for that index entry.
+   refused as gone is not tried again for that index entry.  A job that a
+   nudge's poll shows for the first time was put on this machine: it is
+   claimed at once whoever owns it (its owner elsewhere polls later).
 4. Nothing claimed: sleep until the soonest due we know, the next poll, or a
    nudge (``wake``: a driver on this machine put a job in waiting), whichever
    comes first.  Idle, a runner thus sends one request a ``poll_interval``
@@ -129,6 +131,9 @@ class Runner:
         self._polled_at = -math.inf
         self._handed: set[tuple[Agent, str, str | float]] = set()
         self._first_seen: dict[tuple[Agent, str, str | float], float] = {}  # wall clock, per entry
+        # Entries that appeared in a poll a nudge asked for: put on this machine a moment ago. They
+        # are claimed at once whoever owns them: their owner elsewhere learns of them a poll later.
+        self._put_here: set[tuple[Agent, str, str | float]] = set()
 
     # -- the loop ------------------------------------------------------------
 
@@ -169,7 +174,7 @@ class Runner:
         time to sleep until, or None to look again at once (polling afresh)."""
         now = time.time()
         if fresh or not self._trusted(now):
-            self._poll(now)
+            self._poll(now, nudged=fresh)
         handed, later = self.claim_due(self._polls, time.time())
         if handed is None:
             self._polled_at = -math.inf
@@ -185,14 +190,16 @@ class Runner:
         young = time.monotonic() - self._polled_at < self.timing.look_interval
         return young and all(now < p.horizon for p in self._polls)
 
-    def _poll(self, now: float) -> None:
+    def _poll(self, now: float, nudged: bool = False) -> None:
         self._polls = [source.poll(now) for source in self.sources]
         self._polled_at = time.monotonic()
         self._handed.clear()  # a fresh poll is judged afresh (retry_at, gone and busy still hold)
         shown = {identity(found) for p in self._polls for found in p.found}
+        new = shown - set(self._first_seen)
         self._first_seen = {k: t for k, t in self._first_seen.items() if k in shown}
         for key in shown:
             self._first_seen.setdefault(key, now)
+        self._put_here = (self._put_here & shown) | (new if nudged else set())
 
     def _sleep(self, wake_at: float) -> bool:
         """Until ``wake_at`` (wall clock), the next recovery step, a nudge or ``stop``: whether nudged."""
@@ -226,6 +233,8 @@ class Runner:
                 continue
             ready = max(found.due, retry_at.get((found.agent, found.job), 0.0))
             owner = self.peers.owner(found.agent, found.job)
+            if identity(found) in self._put_here:
+                owner = self.holder  # put on this machine a moment ago: ours at once
             if owner != self.holder:  # its owner claims it first; ours if still waiting after a grace
                 shown = max(found.due, self._first_seen.get(identity(found), now))
                 ready = max(ready, shown + self.timing.grace)

@@ -182,3 +182,31 @@ def test_peers_are_forgotten_after_their_ttl() -> None:
     now[0] = 10.5
     assert peers.known(AGENT) == ["C"]
     assert peers.owner(OTHER, "j") == "A", "an agent with no peer known is this runner's alone"
+
+
+def test_a_job_a_nudge_shows_first_is_claimed_at_once_whoever_owns_it() -> None:
+    """Put on this machine (its driver nudged us): the owner elsewhere would see it only at its next
+    poll, and a put through this machine's driver is promised to start within 100 ms."""
+    r, claimer, store = runner("A", "B")
+    theirs = [job for job in JOBS if owner_of(job, ["A", "B"]) == "B"][:2]
+    old, put_here = theirs
+    r.sources = [FixedSource(store, {old: 1000.0})]
+    r._poll(1000.0)  # seen before the nudge: still B's
+    r.sources = [FixedSource(store, {old: 1000.0, put_here: 1000.5})]
+    r._poll(1000.5, nudged=True)
+    assert r.claim_due(r._polls, 1000.5) == (1, 1000.0 + r.timing.grace)
+    assert claimer.handed == [put_here]
+    claimer.told[put_here]("claimed")
+    assert r.peers.known(AGENT) == ["B"], "claiming a job put here says nothing against its owner"
+    r._poll(1001.0)  # an ordinary poll later: nothing new is put here
+    assert r._put_here == {(AGENT, put_here, f"k/{put_here}")}
+
+
+class FixedSource:
+    """A source whose every poll shows the same jobs of one agent."""
+
+    def __init__(self, store: AgentStore, dues: dict[str, float]) -> None:
+        self.store, self.dues = store, dues
+
+    def poll(self, now: float) -> Poll:
+        return Poll([Due(self.store, job, due, key=f"k/{job}") for job, due in self.dues.items()])
