@@ -57,7 +57,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # tests/emulators.py, tests/faul
 sys.path.insert(0, str(HERE))
 
 from emulators import Emulator, start_fake_gcs, start_moto  # noqa: E402
-from faults.http_proxy import FaultProxy, Seen  # noqa: E402
+from faults.http_proxy import FaultProxy  # noqa: E402
+from scheduler_cost import by_kind, progress  # noqa: E402  (requests by price class, as that benchmark counts)
 from scheduler_lateness import RECORDER, events, wait_until  # noqa: E402  (benchmarks/: the fire recorder)
 
 KINDS = ("event", "segment", "head", "tools", "job", "mark", "day", "file", "name", "due", "admin", "other")
@@ -74,20 +75,6 @@ STEPS = (  # (label, admin arguments after the URL)
 )
 
 
-def progress(text: str) -> None:
-    print(f"# {text}", file=sys.stderr, flush=True)
-
-
-def request_kind(seen: Seen) -> str:
-    """list, read, write or delete: a request at the proxy, by what it does."""
-    if seen.method == "DELETE":
-        return "delete"
-    if seen.method in ("PUT", "POST", "PATCH"):
-        return "write"
-    path, _, query = seen.target.partition("?")
-    if "list-type=" in query or path.rstrip("/").endswith("/o") or (path.count("/") <= 1 and "prefix=" in query):
-        return "list"
-    return "read"
 
 
 def admin_argv() -> list[str]:
@@ -249,10 +236,7 @@ def run_admin(store: Store, argv: list[str]) -> dict[str, Any]:
     seconds = time.monotonic() - clock
     out: dict[str, Any] = {"seconds": seconds, "exit": done.returncode, "requests": None}
     if store.proxy is not None:
-        kinds: dict[str, int] = {}
-        for s in store.proxy.requests():
-            kinds[request_kind(s)] = kinds.get(request_kind(s), 0) + 1
-        out["requests"] = kinds
+        out["requests"] = by_kind(store.proxy.requests())
     if done.returncode != 0:
         out["error"] = done.stderr.strip()[-2000:]
         progress(f"{store.name}: {' '.join(argv)} exited {done.returncode}: {out['error']}")
