@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +20,21 @@ Json = Any
 
 #: The three backends every store test runs on.
 BACKENDS = ("file", "moto", "gcs")
+
+
+def wait_for(check: Callable[[], Any], seconds: float = 30.0, what: str = "condition", every: float = 0.05) -> Any:
+    """Poll ``check`` until it is truthy and return that value; fail naming ``what`` past ``seconds``.
+
+    A hang guard for waiting on a state (a process gone, a record written),
+    never a judgement of how fast anything is.
+    """
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {seconds}s waiting for {what}")
 
 
 def fresh_agent(owner: str | None = "o") -> dict:

@@ -24,7 +24,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ import pytest
 from faults.backend import Fault
 from faults.http_proxy import FaultProxy, Rule
 from faults.machines import GIVE_UP_FAST, Machines, a_write, between, in_order
-from support import StoreUnderTest, fresh_agent, make_store, race
+from support import StoreUnderTest, fresh_agent, make_store, race, wait_for
 
 from cloudstore import metrics
 from cloudstore.bridge import SOCKET_NAME, BridgeClient
@@ -46,17 +46,6 @@ STORE_METRICS = ("lnk_store_requests_total", "lnk_store_retries_total", "lnk_sto
 
 def b64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
-
-
-def wait_for(check: Callable[[], Any], seconds: float, what: str) -> Any:
-    """Poll until ``check()`` is truthy (a hang guard, not a timing claim)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {seconds}s waiting for {what}")
 
 
 def folder_samples(folder: Path) -> dict[tuple[str, metrics.Labels], float]:

@@ -3,31 +3,18 @@
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
 
-import pytest
+from support import wait_for as support_wait_for
 
 from cloudstore.bridge import bridge_error_word as error_word  # noqa: F401 (shared by the tests)
 
 FAKE_DRIVER = [sys.executable, str(Path(__file__).with_name("fake_driver.py"))]
 
 
-def wait_for(predicate: Callable[[], Any], seconds: float = 30.0, what: str = "condition") -> Any:
-    """Poll until ``predicate`` is truthy; fail the test past ``seconds``.
-
-    Used to wait for a state (a driver process gone, a request recorded),
-    never to judge how fast the bridge is.
-    """
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    pytest.fail(f"timed out waiting for {what}")
+#: The tests' one hang guard (tests/support.py), polling the bridge's state every 10 ms.
+wait_for = partial(support_wait_for, every=0.01)
 
 
 def process_gone(pid: int) -> bool:

@@ -12,11 +12,12 @@ import json
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+from support import wait_for as support_wait_for
 
 from cloudstore.client import ServeProcess
 
@@ -124,14 +125,8 @@ class Rig:
                 r.proc.wait()
 
 
-def wait_for(check: Callable[[], bool], timeout: float, what: str, every: float = 0.1) -> None:
-    """Poll ``check`` until true; fail naming ``what`` past ``timeout`` (a hang guard, not a timing claim)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+#: The tests' one hang guard (tests/support.py), polling a runner's files every 0.1 s.
+wait_for = partial(support_wait_for, every=0.1)
 
 
 def key(record: dict[str, Any]) -> tuple[str | None, str, str]:
