@@ -126,7 +126,8 @@ class Runner:
         self._scan_next = 0  # the agent whose firing the next recovery step lists
         self._scan_at = 0.0  # monotonic time of the next recovery step
         # The last poll, trusted for look_interval: when (monotonic), what it showed, and which of
-        # its entries were handed to a worker or told refused since (not handed again from it).
+        # its entries were handed to a worker since (not handed again from it).  Like _first_seen and
+        # _put_here, the main loop's alone: the lock guards only what workers tell.
         self._polls: list[Poll] = []
         self._polled_at = -math.inf
         self._handed: set[tuple[Agent, str, str | float]] = set()
@@ -221,7 +222,7 @@ class Runner:
             self._retry_at = {k: t for k, t in self._retry_at.items() if t > now}
             mono = time.monotonic()
             self._gone = {k: t for k, t in self._gone.items() if t > mono}
-            retry_at, gone, handed = dict(self._retry_at), set(self._gone), set(self._handed)
+            retry_at, gone = dict(self._retry_at), set(self._gone)
         seen: set[tuple[Agent, str]] = set()
         due: list[tuple[float, Due, str]] = []
         later: float | None = None
@@ -229,14 +230,15 @@ class Runner:
             if (found.agent, found.job) in seen or (found.key is not None and found.key in gone):
                 continue
             seen.add((found.agent, found.job))
-            if identity(found) in handed:
+            entry = identity(found)
+            if entry in self._handed:
                 continue
             ready = max(found.due, retry_at.get((found.agent, found.job), 0.0))
             owner = self.peers.owner(found.agent, found.job)
-            if identity(found) in self._put_here:
+            if entry in self._put_here:
                 owner = self.holder  # put on this machine a moment ago: ours at once
             if owner != self.holder:  # its owner claims it first; ours if still waiting after a grace
-                shown = max(found.due, self._first_seen.get(identity(found), now))
+                shown = max(found.due, self._first_seen.get(entry, now))
                 ready = max(ready, shown + self.timing.grace)
             if ready <= now:
                 due.append((ready, found, owner))
@@ -252,8 +254,7 @@ class Runner:
             if not self.claimer.acquire_slot(self._stop.is_set):
                 return None, later
             if self.claimer.dispatch(found.store, found.job, self._on_told(found, owner)):
-                with self._lock:
-                    self._handed.add(identity(found))
+                self._handed.add(identity(found))
                 claimed += 1
             else:
                 self.claimer.release_slot()
