@@ -81,6 +81,8 @@ def _classify(exc: Exception, creating: bool = False) -> Exception:
 class GCSBackend:
     """Objects in one GCS bucket; ``STORAGE_EMULATOR_HOST`` reaches an emulator."""
 
+    label = "gcs"  # its kind, in metrics
+
     def __init__(self, bucket: str, timeout: float = 10.0) -> None:
         from google.cloud import storage
 

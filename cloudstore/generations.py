@@ -496,19 +496,11 @@ def retry_transient(policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable
     return result
 
 
-#: Backend classes' kinds in metrics; a wrapper (a test's faulty backend) is named by what it wraps (``inner``).
-_LABELS = {"GCSBackend": "gcs", "S3Backend": "s3", "LocalBackend": "file"}
-
-
 def backend_label(backend: object) -> str:
-    """``gcs``, ``s3`` or ``file`` for the three backends; another class's name, lowercase, otherwise."""
-    for _ in range(8):
-        inner = getattr(backend, "inner", None)
-        if type(backend).__name__ in _LABELS or inner is None:
-            break
-        backend = inner
-    name = type(backend).__name__
-    return _LABELS.get(name, name.lower())
+    """The backend's kind in metrics, as it names itself (``label``: gcs, s3, file); a class's name,
+    lowercase, for a backend that doesn't (a test's own)."""
+    label = getattr(backend, "label", None)
+    return label if isinstance(label, str) else type(backend).__name__.lower()
 
 
 #: The environment variable tests set to kill a driver before its Nth store request.

@@ -69,6 +69,8 @@ _NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 class LocalBackend:
     """Objects as files below ``root``; see the module docstring."""
 
+    label = "file"  # its kind, in metrics
+
     def __init__(self, root: str) -> None:
         os.makedirs(root, mode=0o700, exist_ok=True)
         self.root = os.path.realpath(root)

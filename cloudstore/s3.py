@@ -137,6 +137,8 @@ class S3Backend:
     sent and its failure mapped by this one class.
     """
 
+    label = "s3"  # its kind, in metrics
+
     def __init__(self, bucket: str, timeout: float = 10.0, client: Any = None) -> None:
         self.client: Any = make_client(timeout) if client is None else client
         self.bucket = bucket

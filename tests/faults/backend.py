@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudstore.generations import Backend, Listed, PutMode, Transient
+from cloudstore.generations import Backend, Listed, PutMode, Transient, backend_label
 
 
 class Fault(enum.Enum):
@@ -113,6 +113,11 @@ class FaultyBackend:
         self.limbo = limbo if limbo is not None else Limbo()
         self.calls: list[Call] = []  # every request asked for, in order
         self._lock = threading.Lock()
+
+    @property
+    def label(self) -> str:
+        """The kind of what it wraps, in metrics: faults don't change which backend is counted."""
+        return backend_label(self.inner)
 
     def _call(self, op: str, key: str, run: Callable[[], Any], **extra: Any) -> Any:
         with self._lock:
