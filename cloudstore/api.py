@@ -512,6 +512,7 @@ class Engine:
         self._after.shutdown(wait=True)
         for answerer in self._all:
             answerer.service.space.pool.shutdown(wait=True)
+            answerer.service.space.beside.shutdown(wait=True)
         if self._on_close is not None:
             self._on_close()
 

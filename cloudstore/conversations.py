@@ -9,9 +9,13 @@ Reading many events in few objects: every aligned block of 8, 16 ... 4,096
 events is also written packed (packing.py), by whoever appended its last
 event, after the reply when it runs as a driver; a read fetches a few whole
 blocks, all at once.  Finding the last number without a request per event:
-the head names how far the epoch's events are packed (refreshed every
-``HINT_EVERY`` events), and ``last`` lists the event keys after that, so it
-is two requests (the head, one listing) however long the conversation.
+event keys sort newest first (keys.py), so the conversation's first key is
+its newest event; ``last`` reads the head and lists that one key at once,
+two requests in one round trip however long the conversation, and a read
+fetches its blocks one round trip after.  Conversations 0.3.0 began keep its
+oldest-first layout: the head names how far their events are packed
+(refreshed every ``HINT_EVERY`` events), and ``last`` lists the event keys
+after that, a round trip later.
 
 ``remove`` bumps the conversation's epoch and ends its lease in one
 conditional write on its head (heads.py); removal.py says what follows (a
@@ -39,7 +43,7 @@ from . import packing
 from .cache import Bounded
 from .generations import AlreadyExists, Create, Listed, Overwrite, StoreError, frame
 from .heads import Heads, epoch_of, packed_last, with_packed
-from .keys import SEQ_DIGITS, AgentKeys, name_part
+from .keys import AgentKeys, EpochKeys, conversation_key, name_part
 from .packing import Piece, cover, packed_at
 from .removal import FENCE, TRUST_SECONDS, Removals
 from .space import KEEP, Contention, Space
@@ -68,6 +72,7 @@ class ThreadMemory:
     last: int
     confirmed: float  # store time of the head read this memory stands on
     recent: dict[int, str] = field(default_factory=dict)  # seq -> event JSON
+    newest_first: bool = True  # its keys' layout (keys.py): False for conversations 0.3.0 began
 
     @property
     def size(self) -> int:
@@ -89,7 +94,7 @@ class Conversations:
         self.store = space.store
         self.memory: Bounded[str, ThreadMemory] = Bounded(RECENT_BUDGET)  # thread key prefix -> memory
         self.heads = Heads(space)
-        self.removals = Removals(space, self.heads, self._last_in)
+        self.removals = Removals(space, self.heads, self._last_in, self._epoch_layout)
         self.clock = space.store.clock
         #: Packing waiting for the reply to be sent (a driver sets a list and runs it after replying);
         #: None packs before the append returns.
@@ -113,16 +118,32 @@ class Conversations:
             self.removals.roll_forward(keys, thread, head)
         return head
 
-    def _last_in(self, keys: AgentKeys, thread: str, epoch: int, known: int = 0) -> int:
-        """The last number in an epoch, listing the event keys after ``known``."""
-        last, _ = self._last_listed(keys, thread, epoch, known)
-        return last
+    def _last_in(self, at: EpochKeys, known: int = 0) -> int:
+        """The last number in an epoch (a removal's fencer asks this of a dying one)."""
+        return self._last_listed(at, known)[0]
 
-    def _last_listed(self, keys: AgentKeys, thread: str, epoch: int, known: int) -> tuple[int, Listed | None]:
-        """The last event key after ``known`` (events 1..known are known to exist) and its number."""
-        start = keys.event(thread, epoch, known) if known else None
-        after = self.store.list(keys.events(thread, epoch), start_after=start)
-        return (int(after[-1].key[-SEQ_DIGITS:]), after[-1]) if after else (known, None)
+    def _epoch_layout(self, keys: AgentKeys, thread: str, epoch: int) -> bool:
+        """Whether an epoch keeps its events newest first: every epoch but those 0.3.0 wrote events in.
+
+        An epoch's layout is fixed by its first event, and this driver writes
+        the first event of an epoch in the new layout always (``_fresh``), so
+        an epoch is in 0.3.0's layout exactly when it has a 0.3.0 event key.
+        """
+        return not self.store.list(keys.events(thread, epoch, False), limit=1)
+
+    def _newest(self, keys: AgentKeys, thread: str) -> Listed | None:
+        """The first key below the conversation: its newest epoch's newest event (keys.py), if any."""
+        first = self.store.list(keys.thread(thread), limit=1)
+        return first[0] if first else None
+
+    def _last_listed(self, at: EpochKeys, known: int) -> tuple[int, Listed | None]:
+        """The last event key of an epoch and its number (events 1..known are known to exist)."""
+        if at.newest_first:
+            newest = self.store.list(at.events(), limit=1)
+            return (at.seq_of(newest[0].key), newest[0]) if newest else (0, None)
+        start = at.event(known) if known else None
+        after = self.store.list(at.events(), start_after=start)
+        return (at.seq_of(after[-1].key), after[-1]) if after else (known, None)
 
     def _fenced(self, item: Listed | None) -> bool:
         """Whether a listed last event is a removal's fence: the epoch died after its head was read."""
@@ -132,19 +153,42 @@ class Conversations:
         return obj is not None and obj.data == FENCE
 
     def _fresh(self, keys: AgentKeys, thread: str) -> ThreadMemory:
-        """Read the epoch and last number from the store, and remember them."""
+        """Read the epoch and last number from the store, and remember them.
+
+        The head and the conversation's first key (its newest event) are read
+        at once: one round trip.  Why that answers ``last`` at a moment within
+        it, whichever request the store served first: an epoch's events are
+        written only while it is the head's, so newest events of the head's
+        epoch were its last at the listing's moment; none of it listed means
+        it was empty at the later of the bump and the listing; an epoch
+        newer than the head's, or a fence, means a removal came between:
+        read both again.
+        """
+        prefix = keys.thread(thread)
         for _ in range(EPOCH_ROUNDS):
             confirmed = self.clock.now()
-            head = self._head(keys, thread)
+            newest, head = self.space.together(lambda: self._newest(keys, thread), lambda: self._head(keys, thread))
             epoch = epoch_of(head)
-            mem = self.memory.get(keys.thread(thread))
+            mem = self.memory.get(prefix)
             same = mem is not None and mem.epoch == epoch
-            known = max(packed_last(head), mem.last if same else 0)  # type: ignore[union-attr]
-            last, item = self._last_listed(keys, thread, epoch, known)
+            found = None if newest is None else conversation_key(newest.key[len(prefix):])
+            item: Listed | None = None
+            newest_first = True
+            if found is not None and not found.newest_first:  # 0.3.0 began it: list the epoch from the hint
+                known = max(packed_last(head), mem.last if same else 0)  # type: ignore[union-attr]
+                last, item = self._last_listed(EpochKeys(keys, thread, epoch, False), known)
+                newest_first = last == 0  # an epoch 0.3.0 wrote no event in starts in the new layout
+            elif found is None or found.kind != "event" or found.epoch < epoch:
+                last = 0  # no event in this epoch at the listing's moment
+            elif found.epoch > epoch:
+                continue  # removed since the head was read
+            else:
+                last, item = found.seq, newest
             if self._fenced(item):
                 continue  # removed between the head and the listing: the head says so now
-            mem = ThreadMemory(epoch, last, confirmed, mem.recent if same else {})  # type: ignore[union-attr]
-            self.memory.put(keys.thread(thread), mem, mem.size)
+            keep = mem.recent if same else {}  # type: ignore[union-attr]
+            mem = ThreadMemory(epoch, last, confirmed, keep, newest_first)
+            self.memory.put(prefix, mem, mem.size)
             return mem
         raise Contention("the conversation kept being removed while it was read; read again")
 
@@ -169,7 +213,7 @@ class Conversations:
             if seq == 1:  # the name before the thing it names: a crash never hides a conversation
                 self.space.remember_name(keys, name_part(thread), thread)
             try:
-                self.store.put(keys.event(thread, mem.epoch, seq), raw.encode("ascii"), Create())
+                self.store.put(keys.event(thread, mem.epoch, seq, mem.newest_first), raw.encode("ascii"), Create())
                 break
             except AlreadyExists:  # taken, or the epoch died (a fence): read again, and maybe write there
                 self.memory.pop(keys.thread(thread))
@@ -179,21 +223,22 @@ class Conversations:
         mem.remember(seq, raw)
         self.memory.put(keys.thread(thread), mem, mem.size)
         if packed_at(seq):
-            epoch, recent = mem.epoch, dict(mem.recent)
-            task: Callable[[], None] = lambda: self._pack_quietly(keys, thread, epoch, seq, recent)  # noqa: E731
+            at = EpochKeys(keys, thread, mem.epoch, mem.newest_first)
+            recent = dict(mem.recent)
+            task: Callable[[], None] = lambda: self._pack_quietly(at, seq, recent)  # noqa: E731
             if self.deferred is None:
                 task()
             else:
                 self.deferred.append(task)
         return {"reply": "done"}
 
-    def _pack_quietly(self, keys: AgentKeys, thread: str, epoch: int, end: int, recent: dict[int, str]) -> None:
+    def _pack_quietly(self, at: EpochKeys, end: int, recent: dict[int, str]) -> None:
         try:
-            self._pack(keys, thread, epoch, end, recent)
+            self._pack(at, end, recent)
         except (StoreError, Contention) as exc:  # the events are stored: packing only speeds reads
             log.warning("packing events up to %d left for later: %s", end, exc)
 
-    def _pack(self, keys: AgentKeys, thread: str, epoch: int, end: int, recent: dict[int, str]) -> None:
+    def _pack(self, at: EpochKeys, end: int, recent: dict[int, str]) -> None:
         """Write every block ending at ``end`` (packing.py), smallest first: the same bytes whoever writes them.
 
         A block's right half is the block just written; its left half comes
@@ -204,17 +249,18 @@ class Conversations:
         for size in packed_at(end):
             first = end - size + 1
             if size == packing.PACK_MIN:  # the smallest block: from its single events
-                got = self._gather(keys, thread, epoch, [Piece(s, 1) for s in range(first, end + 1)], recent)
+                got = self._gather(at, [Piece(s, 1) for s in range(first, end + 1)], recent)
             else:  # a left half, then the right half just written
-                left = self._gather(keys, thread, epoch, [Piece(end - size // 2, size // 2)], recent)
+                left = self._gather(at, [Piece(end - size // 2, size // 2)], recent)
                 got = None if left is None else left + right
             if got is None:
                 return  # removed under us: nothing to pack
             body = "[" + ",".join(got) + "]"
-            self.store.put(keys.segment(thread, epoch, end, size), body.encode("ascii"), Overwrite())
+            self.store.put(at.segment(end, size), body.encode("ascii"), Overwrite())
             right = got
-        if end % HINT_EVERY == 0:
-            self.heads.update(keys, thread, lambda head: (with_packed(head, epoch, end) or KEEP, None), cached=True)
+        if end % HINT_EVERY == 0 and not at.newest_first:  # 0.3.0's layout: ``last`` lists from the hint
+            self.heads.update(at.agent, at.thread, lambda head: (with_packed(head, at.epoch, end) or KEEP, None),
+                              cached=True)
 
     def last(self, agent: Agent, thread: str) -> int:
         keys = self.space.keys(agent)
@@ -235,13 +281,14 @@ class Conversations:
         if first > mem.last:
             return []
         pieces = cover(first, mem.last)
-        events = self._gather(keys, thread, mem.epoch, pieces, mem.recent, parse=True)
+        at = EpochKeys(keys, thread, mem.epoch, mem.newest_first)
+        events = self._gather(at, pieces, mem.recent, parse=True)
         if events is None:
             self.memory.pop(keys.thread(thread))
             return None  # removed (and perhaps purged) while read: read the head again
         return events[first - pieces[0].first:]
 
-    def _gather(self, keys: AgentKeys, thread: str, epoch: int, pieces: list[Piece],
+    def _gather(self, at: EpochKeys, pieces: list[Piece],
                 recent: dict[int, str], parse: bool = False) -> list[Any] | None:
         """Every event of ``pieces``, in order: all fetched at once, a missing block read as its halves.
 
@@ -262,10 +309,7 @@ class Conversations:
                     got[p] = [leaf(recent[s]) for s in seqs]
                 else:
                     wanted.append(p)
-            objs = self.space.get_many(
-                keys.event(thread, epoch, p.end) if p.size == 1 else keys.segment(thread, epoch, p.end, p.size)
-                for p in wanted
-            )
+            objs = self.space.get_many(at.event(p.end) if p.size == 1 else at.segment(p.end, p.size) for p in wanted)
             todo = []
             for p, obj in zip(wanted, objs, strict=False):
                 if p.size == 1:

@@ -17,8 +17,8 @@ The mapping is injective and never escapes an agent's key space:
 
 Layout below the store's prefix::
 
-    a/<owner>/<id>/c/<thread>/e<epoch>/ev/<seq>    one event, written only if absent
-    a/<owner>/<id>/c/<thread>/e<epoch>/seg/<end>.<size>   events end-size+1..end packed (packing.py)
+    a/<owner>/<id>/c/<thread>/d<~epoch>/<~seq>     one event, written only if absent
+    a/<owner>/<id>/c/<thread>/p<epoch>/<end>.<size>  events end-size+1..end packed (packing.py)
     a/<owner>/<id>/l/<thread>                      the head: epoch and lease (heads.py)
     a/<owner>/<id>/t/<thread>                      the tools narrowing
     a/<owner>/<id>/j/<job id>                      a job id's entries in every place
@@ -27,6 +27,19 @@ Layout below the store's prefix::
     a/<owner>/<id>/f/~/<sha-256 of the path>       a file whose path's encoding is long
     a/<owner>/<id>/n/<hashed part>                 the name behind a hashed part
     _due/<sortable due>/<owner>/<id>/<job>/<nonce> the shared job_next index (due_index.py)
+
+``~n`` is a number inverted (``10**digits - 1 - n``, zero-padded), so a
+listing, which runs in ascending byte order, meets the newest epoch first and
+in it the newest event: one listing of ``c/<thread>/`` limited to one key
+answers what the last event is, however long the conversation, and it can
+be sent beside the head's read instead of after it (conversations.py).
+
+0.3.0 kept events oldest first, ``c/<thread>/e<epoch>/ev/<seq>`` and
+``.../e<epoch>/seg/<end>.<size>`` (``event_v03`` below): the last one could
+only be listed from where the head said to start, a round trip after it.
+Conversations begun by 0.3.0 keep that layout (every ``e`` key sorts after
+every ``d`` key, so the same listing tells which one a conversation has);
+new ones start in this one.
 
 No ``fv/`` (0.1.0's per-file version floor): since 0.2.0 a file's version
 lives in its one object, and a removed file is a tombstone at its own key.
@@ -90,6 +103,42 @@ def seq_part(seq: int) -> str:
     return str(seq).zfill(SEQ_DIGITS)
 
 
+def inverted(n: int, digits: int) -> str:
+    """A zero-padded number counted down from the largest: lexicographic order is newest first."""
+    return str(10**digits - 1 - n).zfill(digits)
+
+
+@dataclass(frozen=True)
+class ConversationKey:
+    """What a key below ``c/<thread>/`` is: an event (``seq``) or a packed block (``end``, ``size``)."""
+
+    kind: str  # "event" or "segment"
+    epoch: int
+    seq: int  # an event's number; a block's last event's
+    size: int = 1
+    newest_first: bool = True  # False: 0.3.0's layout
+
+
+def conversation_key(rest: str) -> ConversationKey | None:
+    """Parse a key's part below ``c/<thread>/`` (either layout); None for a key no driver writes there."""
+    parts = rest.split("/")
+    try:
+        if len(parts) == 2 and parts[0][:1] == "d" and len(parts[1]) == SEQ_DIGITS:
+            return ConversationKey("event", 10**EPOCH_DIGITS - 1 - int(parts[0][1:]),
+                                   10**SEQ_DIGITS - 1 - int(parts[1]))
+        if len(parts) == 2 and parts[0][:1] == "p":
+            end, size = parts[1].split(".")
+            return ConversationKey("segment", int(parts[0][1:]), int(end), int(size))
+        if len(parts) == 3 and parts[0][:1] == "e" and parts[1] == "ev":
+            return ConversationKey("event", int(parts[0][1:]), int(parts[2]), newest_first=False)
+        if len(parts) == 3 and parts[0][:1] == "e" and parts[1] == "seg":
+            end, size = parts[2].split(".")
+            return ConversationKey("segment", int(parts[0][1:]), int(end), int(size), newest_first=False)
+    except ValueError:
+        return None
+    return None
+
+
 @dataclass(frozen=True)
 class AgentKeys:
     """Every key of one agent's things, below ``root`` (the store's prefix)."""
@@ -109,18 +158,28 @@ class AgentKeys:
     def thread(self, thread: str) -> str:
         return f"{self.base}c/{name_part(thread)}/"
 
-    def epoch(self, thread: str, epoch: int) -> str:
-        return f"{self.thread(thread)}e{str(epoch).zfill(EPOCH_DIGITS)}/"
-
-    def events(self, thread: str, epoch: int) -> str:
+    def events(self, thread: str, epoch: int, newest_first: bool = True) -> str:
         """The prefix of an epoch's single events (listing it never meets a packed block)."""
-        return f"{self.epoch(thread, epoch)}ev/"
+        if newest_first:
+            return f"{self.thread(thread)}d{inverted(epoch, EPOCH_DIGITS)}/"
+        return f"{self._epoch_v03(thread, epoch)}ev/"
 
-    def event(self, thread: str, epoch: int, seq: int) -> str:
-        return f"{self.events(thread, epoch)}{seq_part(seq)}"
+    def event(self, thread: str, epoch: int, seq: int, newest_first: bool = True) -> str:
+        if newest_first:
+            return f"{self.events(thread, epoch)}{inverted(seq, SEQ_DIGITS)}"
+        return f"{self.events(thread, epoch, False)}{seq_part(seq)}"
 
-    def segment(self, thread: str, epoch: int, end: int, size: int) -> str:
-        return f"{self.epoch(thread, epoch)}seg/{seq_part(end)}.{size}"
+    def segments(self, thread: str, epoch: int, newest_first: bool = True) -> str:
+        """The prefix of an epoch's packed blocks."""
+        if newest_first:
+            return f"{self.thread(thread)}p{str(epoch).zfill(EPOCH_DIGITS)}/"
+        return f"{self._epoch_v03(thread, epoch)}seg/"
+
+    def segment(self, thread: str, epoch: int, end: int, size: int, newest_first: bool = True) -> str:
+        return f"{self.segments(thread, epoch, newest_first)}{seq_part(end)}.{size}"
+
+    def _epoch_v03(self, thread: str, epoch: int) -> str:
+        return f"{self.thread(thread)}e{str(epoch).zfill(EPOCH_DIGITS)}/"
 
     # leases and tools
     def leases(self) -> str:
@@ -175,6 +234,35 @@ class AgentKeys:
         """This agent's owner/id as they stand in due-index keys."""
         owner = "-" if self.owner is None else name_part(self.owner)
         return f"{owner}/{name_part(self.id)}"
+
+
+@dataclass(frozen=True)
+class EpochKeys:
+    """The keys of one epoch of one conversation, in the conversation's layout."""
+
+    agent: AgentKeys
+    thread: str
+    epoch: int
+    newest_first: bool = True  # False: 0.3.0's layout
+
+    def events(self) -> str:
+        return self.agent.events(self.thread, self.epoch, self.newest_first)
+
+    def event(self, seq: int) -> str:
+        return self.agent.event(self.thread, self.epoch, seq, self.newest_first)
+
+    def segments(self) -> str:
+        return self.agent.segments(self.thread, self.epoch, self.newest_first)
+
+    def segment(self, end: int, size: int) -> str:
+        return self.agent.segment(self.thread, self.epoch, end, size, self.newest_first)
+
+    def seq_of(self, key: str) -> int:
+        """The number of one of this epoch's event keys."""
+        found = conversation_key(key[len(self.agent.thread(self.thread)):])
+        if found is None or found.kind != "event":
+            raise ValueError(f"not an event key: {key}")
+        return found.seq
 
 
 def due_root(root: str) -> str:

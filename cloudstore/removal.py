@@ -32,7 +32,7 @@ from typing import Any
 
 from .generations import AlreadyExists, Create
 from .heads import Heads, epoch_of, packed_last, without_lease
-from .keys import SEQ_DIGITS, AgentKeys
+from .keys import AgentKeys, EpochKeys
 from .space import KEEP, Space
 
 #: How long a process trusts its memory of a conversation's epoch without reading the head (store time).
@@ -43,17 +43,19 @@ PURGE_AFTER_MS = 90_000
 #: and has no ``seq``; readers that meet it know the epoch died under them.
 FENCE = b'{"fence":true}'
 
-LastIn = Callable[[AgentKeys, str, int, int], int]
+LastIn = Callable[[EpochKeys, int], int]
+Layout = Callable[[AgentKeys, str, int], bool]
 
 
 class Removals:
     """remove, and the roll-forward of what a remove left to do."""
 
-    def __init__(self, space: Space, heads: Heads, last_in: LastIn) -> None:
+    def __init__(self, space: Space, heads: Heads, last_in: LastIn, newest_first: Layout) -> None:
         self.space = space
         self.store = space.store
         self.heads = heads
         self.last_in = last_in  # the last number of an epoch, fences included
+        self.layout = newest_first  # whether an epoch keeps its events newest first (keys.py): one listing
 
     def remove(self, keys: AgentKeys, thread: str) -> None:
         at = self.store.clock.now_ms()
@@ -70,34 +72,35 @@ class Removals:
     def roll_forward(self, keys: AgentKeys, thread: str, head: dict[str, Any]) -> None:
         """Fence every removed epoch not fenced yet, and purge those old enough; cheap when none."""
         for record in head.get("removed", []):
+            epoch = int(record["epoch"])
             if record.get("fence") is None:
-                self._fence(keys, thread, int(record["epoch"]), int(record.get("known", 0)))
+                self._fence(EpochKeys(keys, thread, epoch, self.layout(keys, thread, epoch)),
+                            int(record.get("known", 0)))
             elif int(record["at"]) <= self.store.clock.now_ms() - PURGE_AFTER_MS:
-                self._purge(keys, thread, int(record["epoch"]), int(record["fence"]))
+                self._purge(EpochKeys(keys, thread, epoch, self.layout(keys, thread, epoch)), int(record["fence"]))
 
-    def _fence(self, keys: AgentKeys, thread: str, epoch: int, known: int) -> None:
+    def _fence(self, at: EpochKeys, known: int) -> None:
         """Take the old epoch's next number (events 1..known are known to exist), then write its number
         into the head's record."""
         while True:
-            seq = self.last_in(keys, thread, epoch, known) + 1
+            seq = self.last_in(at, known) + 1
             try:
-                self.store.put(keys.event(thread, epoch, seq), FENCE, Create())
+                self.store.put(at.event(seq), FENCE, Create())
                 break
             except AlreadyExists:  # an appender (or another fencer) got there first: fence the next
                 known = seq
-        self._change_record(keys, thread, epoch, lambda record: {**record, "fence": record.get("fence") or seq})
+        self._change_record(at, lambda record: {**record, "fence": record.get("fence") or seq})
 
-    def _purge(self, keys: AgentKeys, thread: str, epoch: int, fence: int) -> None:
+    def _purge(self, at: EpochKeys, fence: int) -> None:
         """Delete a dead epoch's events and segments, below its fence; then forget its record."""
-        events = keys.events(thread, epoch)
-        doomed = [item.key for item in self.store.list(keys.epoch(thread, epoch))
-                  if not (item.key.startswith(events) and int(item.key[-SEQ_DIGITS:]) >= fence)]
+        below = [item.key for item in self.store.list(at.events()) if at.seq_of(item.key) < fence]
+        doomed = below + [item.key for item in self.store.list(at.segments())]
         list(self.space.pool.map(self.store.delete, doomed))
-        self._change_record(keys, thread, epoch, lambda record: None)
+        self._change_record(at, lambda record: None)
 
-    def _change_record(self, keys: AgentKeys, thread: str, epoch: int,
-                       change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
+    def _change_record(self, at: EpochKeys, change: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
         """Replace (or, for None, drop) the head's record of a removed epoch."""
+        epoch = at.epoch
         def on_head(head: dict[str, Any]) -> tuple[Any, None]:
             records = head.get("removed", [])
             mine = [r for r in records if int(r["epoch"]) == epoch]
@@ -111,4 +114,5 @@ class Removals:
             body = {k: v for k, v in head.items() if k != "removed"}
             return ({**body, "removed": rest} if rest else body), None
 
-        self.heads.update(keys, thread, on_head, cached=True)
+        self.heads.update(at.agent, at.thread, on_head, cached=True)
+

@@ -34,6 +34,7 @@ from .keys import AgentKeys, decode_part, is_hashed
 from .validate import Agent, compact
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 # A CAS loop that keeps losing for this long is contention we cannot beat.
 CAS_ROUNDS = 200
@@ -69,6 +70,9 @@ class Space:
     store: RetryingStore
     root: str
     pool: ThreadPoolExecutor = field(default_factory=lambda: ContextPool(max_workers=16))
+    #: For one request sent beside another (``together``): its tasks are single requests that never wait
+    #: on a task, so a ``pool`` task may use it without ever waiting on itself.
+    beside: ThreadPoolExecutor = field(default_factory=lambda: ContextPool(max_workers=16))
     # key -> (version, what a reader made of it), and key -> (object written, its value): see update
     _seen: Bounded[str, tuple[str, Any]] = field(default_factory=lambda: Bounded(SEEN_BUDGET))
     _written: Bounded[str, tuple[Object, Any]] = field(default_factory=lambda: Bounded(WRITTEN_BUDGET))
@@ -77,6 +81,12 @@ class Space:
         return AgentKeys(self.root, agent.owner, agent.id)
 
     # -- reads
+
+    def together(self, aside: Callable[[], T], here: Callable[[], U]) -> tuple[T, U]:
+        """Two independent requests at once (one round trip, not two): ``aside`` on ``beside``, ``here`` here."""
+        future = self.beside.submit(aside)
+        mine = here()
+        return future.result(), mine
 
     def get_json(self, key: str, remember: bool = False) -> tuple[Object | None, Any]:
         """(object, parsed JSON) or (None, None).

@@ -304,8 +304,9 @@ def test_gc_never_removes_anything_live(store_env: Any) -> None:
         assert not [h for h in heads if "old%3A" in h or "job%3A" in h], heads
     else:
         assert len([h for h in heads if "old%3A" in h]) == 5
-    removed_events = [k for k in keys_after if k.kind in ("event", "segment") and "/_removed/e0000000000/" in k.key]
-    assert [k.rel.rsplit("/", 1)[1] for k in removed_events] == ["00000000000000000012"], "only the fence stays"
+    removed_events = [k for k in keys_after if k.kind in ("event", "segment") and "/_removed/" in k.key
+                      and k.in_conversation.epoch == 0]
+    assert [(k.kind, k.in_conversation.seq) for k in removed_events] == [("event", 12)], "only the fence stays"
     assert _snapshot(o, agent) == snap
     # And a second pass finds nothing more to do.
     plan, _, _ = gc.run(o, False, later)
@@ -337,8 +338,8 @@ def test_gc_rolls_forward_a_removal_cut_short(store_env: Any) -> None:
     assert o.store.get(keys.event("t", 0, 4)).data == FENCE
     plan, result, _ = gc.run(o, True, gc.Policy(min_age=0))
     assert result is not None and result.deleted.get("dead-epoch") == 3 and result.records_dropped == 1
-    epoch0 = [k.rel for k in list_all(o) if "/c/_t/e0000000000/" in k.key]
-    assert [r.rsplit("/", 1)[1] for r in epoch0] == ["00000000000000000004"]
+    epoch0 = [k for k in list_all(o) if "/c/_t/" in k.key and k.in_conversation.epoch == 0]
+    assert [(k.kind, k.in_conversation.seq) for k in epoch0] == [("event", 4)]
     assert "removed" not in o.store.get(keys.lease("t")).data.decode()
     # A late packer writes a block into the purged epoch: gone once older than the purge delay.
     o.store.put(keys.segment("t", 0, 8, 8), b"[]", Overwrite())

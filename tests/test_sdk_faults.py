@@ -36,7 +36,7 @@ from cloudstore.generations import (
     Transient,
     Update,
 )
-from cloudstore.keys import path_part, seq_part
+from cloudstore.keys import EPOCH_DIGITS, SEQ_DIGITS, inverted, path_part
 from cloudstore.settings import open_backend
 
 BODY = bytes(range(256)) * 64  # 16 KiB: a cut reply is a real cut
@@ -250,8 +250,9 @@ def driver(proxied: Proxied) -> Iterator[Session]:
 
 def test_driver_append_whose_reply_was_lost_is_done_once(proxied: Proxied, driver: Session) -> None:
     assert driver("append", thread=THREAD, event={"seq": 1, "n": 2**60 + 1}) == {"reply": "done"}
-    # The event's object is where the drivers keep it today: .../ev/<seq, zero-padded>.
-    lose = proxied.proxy.add(Rule("lose_reply", **proxied.writes_of("/ev/" + seq_part(2))))
+    # The event's object is where the drivers keep it today: .../d<~epoch>/<~seq> (keys.py).
+    lose = proxied.proxy.add(Rule("lose_reply", **proxied.writes_of(
+        "/d" + inverted(0, EPOCH_DIGITS) + "/" + inverted(2, SEQ_DIGITS))))
 
     reply = driver("append", thread=THREAD, event={"seq": 2, "n": 2**60 + 2})
 

@@ -49,7 +49,7 @@ from ..conversations import Conversations
 from ..due_index import GRACE
 from ..generations import Create, NotFound, PreconditionFailed, StoreError, Update, new_nonce
 from ..heads import epoch_of
-from ..keys import SEQ_DIGITS, name_part
+from ..keys import conversation_key, name_part
 from ..removal import FENCE, PURGE_AFTER_MS
 from ..space import KEEP, Contention
 from .inspect import named_entry, record_key, tombstone_head
@@ -164,7 +164,7 @@ def _judge_epochs(opened: Opened, keys: list[Key], head_of: dict[str, tuple[Key,
     for k in keys:
         if k.kind in ("event", "segment"):
             p = k.parts
-            epochs[(p[1], p[2], p[4])][int(p[5][1:])].append(k)
+            epochs[(p[1], p[2], p[4])][k.in_conversation.epoch].append(k)
     for key, head in head_of.values():  # a pending removal may have no key left to list under it
         if isinstance(head, dict) and head.get("removed"):
             epochs[(key.parts[1], key.parts[2], key.parts[4])]  # noqa: B018 - touch the default
@@ -189,7 +189,7 @@ def _judge_epochs(opened: Opened, keys: list[Key], head_of: dict[str, tuple[Key,
                 continue
             fence = int(r["fence"])
             for k in by_epoch.get(e, []):
-                if k.kind == "segment" or int(k.rel[-SEQ_DIGITS:]) < fence:
+                if k.kind == "segment" or k.in_conversation.seq < fence:
                     plan.doomed.append(Doomed("dead-epoch", k.key, k.version,
                                               f"epoch {e} removed, fenced at {fence}: purge cut short",
                                               needs_conditional=False))
@@ -199,13 +199,13 @@ def _judge_epochs(opened: Opened, keys: list[Key], head_of: dict[str, tuple[Key,
                 continue  # live, or handled above with its record
             if any(now - k.modified < policy.purge_after_ms / 1000 for k in items):
                 continue
-            events = sorted((k for k in items if k.kind == "event"), key=lambda k: k.rel)
+            events = sorted((k for k in items if k.kind == "event"), key=lambda k: k.in_conversation.seq)
             found_fence = _fence_of(opened, events)
             if found_fence is None:
                 plan.notes.append(f"kept epoch {e} of {head_key}: removed and purged, but no fence found")
                 continue
             for k in items:
-                if k.kind == "segment" or int(k.rel[-SEQ_DIGITS:]) < found_fence:
+                if k.kind == "segment" or k.in_conversation.seq < found_fence:
                     plan.doomed.append(Doomed("dead-epoch", k.key, k.version,
                                               f"epoch {e} removed and purged long ago; written into it since",
                                               needs_conditional=False))
@@ -218,7 +218,7 @@ def _fence_of(opened: Opened, events: list[Key]) -> int | None:
     obj = opened.store.get(events[-1].key)
     if obj is None or obj.data != FENCE:
         return None
-    return int(events[-1].rel[-SEQ_DIGITS:])
+    return events[-1].in_conversation.seq
 
 
 def honours_conditional_delete(opened: Opened) -> bool:
@@ -267,16 +267,18 @@ def apply(opened: Opened, plan: Plan, conditional: bool) -> Result:
             return d, "gone"
 
     outcomes = parallel(delete, plan.doomed)
-    failed_epochs: set[str] = set()
+    failed_epochs: set[tuple[str, int]] = set()  # (agent/c/thread, epoch)
     for d, outcome in outcomes:
         counts = {"deleted": result.deleted, "gone": result.gone, "changed": result.kept_changed,
                   "unsafe": result.kept_unsafe}[outcome]
         _bump(counts, d.kind)
         if d.kind == "dead-epoch" and outcome == "changed":
-            failed_epochs.add(d.key.rsplit("/", 2)[0])
+            parts = d.key[len(opened.root):].split("/")
+            found = conversation_key("/".join(parts[5:]))
+            if found is not None:
+                failed_epochs.add(("/".join(parts[1:3] + parts[4:5]), found.epoch))
     for key, epoch, fence in plan.records:
-        epoch_prefix = f"{opened.root}{'/'.join(key.parts[:3])}/c/{key.parts[4]}/e{str(epoch).zfill(10)}"
-        if epoch_prefix in failed_epochs:
+        if ("/".join(key.parts[1:3] + key.parts[4:5]), epoch) in failed_epochs:
             continue
         if _drop_record(opened, key, epoch, fence):
             result.records_dropped += 1

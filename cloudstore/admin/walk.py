@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..generations import Listed, RetryingStore
-from ..keys import AgentKeys, decode_part, is_hashed
+from ..keys import AgentKeys, ConversationKey, conversation_key, decode_part, is_hashed
 from ..service import Service
 from ..settings import Location, open_store, parse_location
 from ..space import Space
@@ -54,6 +54,14 @@ class Key:
     def parts(self) -> list[str]:
         return self.rel.split("/")
 
+    @property
+    def in_conversation(self) -> ConversationKey:
+        """An event's or segment's epoch and number (keys.py, either layout)."""
+        found = conversation_key("/".join(self.parts[5:]))
+        if found is None:
+            raise ValueError(f"not a conversation's key: {self.rel}")
+        return found
+
 
 def classify(rel: str) -> tuple[str, tuple[str, str] | None]:
     """(kind, (owner part, id part) or None) of a key below the store's root (keys.py's layout)."""
@@ -69,9 +77,8 @@ def classify(rel: str) -> tuple[str, tuple[str, str] | None]:
     if len(parts) == 4:
         return ({"mark": "mark", "day": "day"}.get(sub, "other")), agent
     if sub == "c":
-        if len(parts) == 8 and parts[5].startswith("e") and parts[6] in ("ev", "seg"):
-            return ("event" if parts[6] == "ev" else "segment"), agent
-        return "other", agent
+        found = conversation_key("/".join(parts[5:])) if len(parts) > 5 else None
+        return (found.kind if found is not None else "other"), agent
     kind = {"l": "head", "t": "tools", "j": "job", "f": "file", "n": "name"}.get(sub, "other")
     if kind in ("head", "tools", "job", "name") and len(parts) != 5:
         kind = "other"
