@@ -56,6 +56,41 @@ class SerialPool:
         pass
 
 
+class Deferred(Future):
+    """A task run only when its result is asked for: ``Space.together``'s side request sent second."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        super().__init__()
+        self._fn: Callable[[], Any] | None = fn
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._fn is not None:
+            fn, self._fn = self._fn, None
+            try:
+                self.set_result(fn())
+            except Exception as exc:  # noqa: BLE001 - raised below, as a future raises its task's error
+                self.set_exception(exc)
+        return super().result(timeout)
+
+
+class SeededSidePool(SerialPool):
+    """``Space.beside`` for one machine: the two requests of ``together`` go in the order a seeded RNG picks.
+
+    A real process sends both at once and the store serves them in either
+    order, with other machines' requests between them; in the simulation each
+    is a gated request of this machine's thread, sent first or second as the
+    seed says, so both orders (and others' writes between) occur and replay.
+    """
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future:
+        if self.rng.random() < 0.5:
+            return super().submit(fn, *args, **kwargs)
+        return Deferred(lambda: fn(*args, **kwargs))
+
+
 @contextmanager
 def seeded(seed: int) -> Iterator[dict]:
     """The drivers' randomness, sleeps and packing sizes as the seed says, for one history."""
@@ -89,10 +124,15 @@ def seeded(seed: int) -> Iterator[dict]:
             setattr(module, name, value)
 
 
-def answerer_on(store: RetryingStore, prefix: str) -> Callable[[dict], dict]:
-    """The driver's request handler on ``store``: a request dict in, the reply as the wire carries it out."""
+def answerer_on(store: RetryingStore, prefix: str, order: random.Random | None = None) -> Callable[[dict], dict]:
+    """The driver's request handler on ``store``: a request dict in, the reply as the wire carries it out.
+
+    ``order`` picks which of two requests sent together goes first (SeededSidePool); without it, the side one.
+    """
     answerer = Answerer(BUCKET)
-    answerer.service = Service(Space(store, prefix, pool=SerialPool()))  # type: ignore[arg-type]
+    beside = SerialPool() if order is None else SeededSidePool(order)
+    space = Space(store, prefix, pool=SerialPool(), beside=beside)  # type: ignore[arg-type]
+    answerer.service = Service(space)
     answerer.service.conversations.deferred = []  # as the driver does: packing after the reply
 
     def answer(request: dict) -> dict:

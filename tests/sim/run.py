@@ -81,7 +81,7 @@ def run_history(seed: int, backend: str, inner: Backend, prefix: str, knobs: Kno
             name = f"m{i}"
             slot = sched.slot(name)
             faulty = FaultyBackend(inner, name, lambda call, slot=slot: sched.gate(slot, call), limbo)
-            answer = answerer_on(RetryingStore(faulty, POLICY), prefix)
+            answer = answerer_on(RetryingStore(faulty, POLICY), prefix, random.Random(f"together:{seed}:{name}"))
             work = Workload(seed, name)
             n_ops = shape.randint(*ops_per_machine)
             threads.append(threading.Thread(target=_machine, args=(sched, slot, answer, work, n_ops, history),
