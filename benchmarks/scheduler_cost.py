@@ -91,8 +91,10 @@ def what(seen: Seen) -> str:
         in_body = re.search(rb'"name":\s*"([^"]*)"', seen.content)
         if in_body:
             target += "/" + in_body.group(1).decode("utf-8", "replace")
-    named_parts = (("/l/", "lease"), ("/j/", "job"), ("/mark", "mark"), ("_due/", "due"), ("/day", "day"),
-                   ("/seg/", "segment"), ("/ev/", "event"))
+    in_conversation = re.search(r"/c/[^/]+/(p\d+/|e\d+/seg/)|/c/[^/]+/(d\d+/|e\d+/ev/)", target)
+    if in_conversation:  # keys.py: p (0.3.0: e/seg) a packed block, d (0.3.0: e/ev) one event
+        return f"{seen.method} {'segment' if in_conversation.group(1) else 'event'}"
+    named_parts = (("/l/", "lease"), ("/j/", "job"), ("/mark", "mark"), ("_due/", "due"), ("/day", "day"))
     for part, name in named_parts:
         if part in target:
             return f"{seen.method} {name}"
