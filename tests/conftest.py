@@ -22,6 +22,7 @@ from collections.abc import Iterator
 
 import pytest
 from emulators import Emulator, start_fake_gcs, start_moto
+from faults.machines import Machines
 from support import BACKENDS, Session, StoreUnderTest, fresh_agent, make_store, serving
 
 #: The backends that are emulators (processes speaking S3 / GCS) rather than the local folder.
@@ -70,6 +71,14 @@ def store_env(store: StoreUnderTest, monkeypatch: pytest.MonkeyPatch) -> StoreUn
     for key, value in store.env.items():
         monkeypatch.setenv(key, value)
     return store
+
+
+@pytest.fixture
+def machines(store_env: StoreUnderTest) -> Iterator[Machines]:
+    """Several in-process "machines" on one store (faults/machines.py), closed after the test."""
+    group = Machines(store_env)
+    yield group
+    group.close()
 
 
 def pytest_report_header(config: pytest.Config) -> str:

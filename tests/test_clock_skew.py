@@ -27,7 +27,6 @@ putting machine (in-process, ``tests/faults/machines.py``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -231,13 +230,6 @@ JOB = "job-issue-11"
 def job_record_write(call: Call) -> bool:
     """The write of the job record (``a/<owner>/<id>/j/<job>``): in ``job_put`` it comes after the index entry's."""
     return call.op == "put" and "/j/" in call.key and "_due/" not in call.key
-
-
-@pytest.fixture
-def machines(store_env: Any) -> Iterator[Machines]:
-    group = Machines(store_env)
-    yield group
-    group.close()
 
 
 @pytest.mark.parametrize("seconds", [0, 50, 62, 120])

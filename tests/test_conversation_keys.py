@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,13 +34,6 @@ from cloudstore.settings import open_backend
 
 THREAD = "t-issue-13"
 BARRIER_SECONDS = 20.0
-
-
-@pytest.fixture
-def machines(store_env: Any) -> Iterator[Machines]:
-    group = Machines(store_env)
-    yield group
-    group.close()
 
 
 def keys_of(machine: Machine) -> AgentKeys:

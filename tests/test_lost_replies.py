@@ -16,8 +16,7 @@ and another machine's op the plan did not get to run is run right after.
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from faults.backend import Fault
@@ -39,13 +38,6 @@ from faults.machines import (
 PATH = "skills/greet/SKILL.md"
 THREAD = "t-issue-10"
 LONG_LAPSE_MS = 600_000
-
-
-@pytest.fixture
-def machines(store_env: Any) -> Iterator[Machines]:
-    group = Machines(store_env)
-    yield group
-    group.close()
 
 
 def b64(data: bytes) -> str:
