@@ -448,7 +448,7 @@ class Engine:
         from .space import Space
 
         service = Service(Space(RetryingStore(self.backend), self.location.prefix))
-        service.conversations.deferred = []  # packing waits until the reply is out, as in serve
+        service.space.deferred = []  # packing and index drops wait until the reply is out, as in serve
         answerer = Answerer(GCS if self.location.scheme == "gs" else BUCKET)
         answerer.service = service
         return answerer
@@ -489,7 +489,7 @@ class Engine:
         handed_off = False
         try:
             reply: dict[str, Json] = answerer.answer(line)
-            if answerer.service.conversations.deferred:
+            if answerer.service.space.deferred:
                 try:
                     self._after.submit(self._finish, answerer)
                     handed_off = True

@@ -96,18 +96,6 @@ class Conversations:
         self.heads = Heads(space)
         self.removals = Removals(space, self.heads, self._last_in, self._epoch_layout)
         self.clock = space.store.clock
-        #: Packing waiting for the reply to be sent (a driver sets a list and runs it after replying);
-        #: None packs before the append returns.
-        self.deferred: list[Callable[[], None]] | None = None
-
-    def run_deferred(self) -> None:
-        """Do the packing the last replies left for after them; a failure only costs speed."""
-        while self.deferred:
-            task = self.deferred.pop(0)
-            try:
-                task()
-            except Exception:  # noqa: BLE001 - the reply is out; a bug here must not end the process
-                log.exception("deferred packing failed")
 
     # -- epochs
 
@@ -225,11 +213,7 @@ class Conversations:
         if packed_at(seq):
             at = EpochKeys(keys, thread, mem.epoch, mem.newest_first)
             recent = dict(mem.recent)
-            task: Callable[[], None] = lambda: self._pack_quietly(at, seq, recent)  # noqa: E731
-            if self.deferred is None:
-                task()
-            else:
-                self.deferred.append(task)
+            self.space.defer(lambda: self._pack_quietly(at, seq, recent))  # packing waits for the reply
         return {"reply": "done"}
 
     def _pack_quietly(self, at: EpochKeys, end: int, recent: dict[int, str]) -> None:

@@ -148,7 +148,7 @@ class Answerer:
                 raise SettingError(f"{self.info.setting} names a store that cannot be opened: {why}") from exc
             self.service = Service(Space(store, location.prefix),
                                    scheduler_ops=os.environ.get(SCHEDULER_OPS_SETTING) == "1")
-            self.service.conversations.deferred = []  # packing waits until the reply is out
+            self.service.space.deferred = []  # packing and index drops wait until the reply is out
         return self.service
 
     def after_reply(self) -> None:
@@ -156,11 +156,11 @@ class Answerer:
 
         Its store requests are counted in ``metrics`` under the op that left it.
         """
-        if self.service is not None and self.service.conversations.deferred:
+        if self.service is not None and self.service.space.deferred:
             from .metrics import op_scope
 
             with op_scope(self.last_op):
-                self.service.conversations.run_deferred()
+                self.service.space.run_deferred()
 
     def answer(self, line: bytes) -> dict:
         from .settings import SettingError

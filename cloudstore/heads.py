@@ -86,6 +86,7 @@ class Heads:
         return self._complete(thread, head)
 
     def update(self, keys: AgentKeys, thread: str, change: Callable[[dict[str, Any]], tuple[Any, T]],
-               cached: bool = False) -> T:
+               cached: bool = False, absent: bool = False) -> T:
         """``Space.update`` on the head; ``change`` always gets a whole head (epoch included)."""
-        return self.space.update(keys.lease(thread), lambda head: change(self._complete(thread, head)), cached=cached)
+        return self.space.update(keys.lease(thread), lambda head: change(self._complete(thread, head)),
+                                 cached=cached, absent=absent)

@@ -44,29 +44,39 @@ class Leases:
     def take(self, agent: Agent, thread: str, holder: str, lapse_ms: int) -> str:
         return self.take_naming(agent, thread, holder, lapse_ms)[0]
 
-    def take_naming(self, agent: Agent, thread: str, holder: str, lapse_ms: int) -> tuple[str, str | None]:
+    def take_naming(self, agent: Agent, thread: str, holder: str, lapse_ms: int,
+                    guess: bool = False) -> tuple[str, str | None]:
         """``take``, and who holds the lease when the answer is ``held`` (else None).
 
         The scheduler's own driver answers this as ``lease_take``: a runner
         refused a job's claim learns which runner has it, and so which
         runners share its agents (``scheduling.peers``), at no extra request.
+
+        With ``guess`` (a job's claim lease), the first write starts without
+        a read: from the head this process last wrote or read, else as a
+        create-if-absent (a fresh job id has no head), so the common take is
+        one request.  A write from a guess that loses proves nothing about
+        other takers, so only writes decided on a head READ count as lost.
         """
         keys = self.space.keys(agent)
         lost_once = [False]
+        rounds = [0]
 
         def change(head: dict[str, Any]) -> tuple[Any, tuple[str, str | None]]:
+            rounds[0] += 1
+            from_read = not (guess and rounds[0] == 1)
             now = self.clock.now_ms()
             if has_lease(head):
                 if head["holder"] == holder:
                     return {**head, "renewed": now}, ("took", None)
                 if lost_once[0] or not lapsed(head, lapse_ms, now):
                     return KEEP, ("held", str(head["holder"]))
-                lost_once[0] = True
+                lost_once[0] = from_read
                 return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, ("lapsed", None)
-            lost_once[0] = True
+            lost_once[0] = from_read
             return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, ("took", None)
 
-        return self.heads.update(keys, thread, change)
+        return self.heads.update(keys, thread, change, cached=guess, absent=guess)
 
     def renew(self, agent: Agent, thread: str, holder: str) -> bool:
         def change(head: dict[str, Any]) -> tuple[Any, bool]:

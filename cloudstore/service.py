@@ -211,9 +211,25 @@ class Service:
 
     def op_job_claim(self, req: dict, agent: v.Agent) -> Reply:
         """Not in the wire protocol: ``job_shift`` waiting -> firing answering the job it moved
-        (null when none was waiting), so the runner fires what it shifted without reading it back."""
+        (null when none was waiting), so the runner fires what it shifted without reading it back.
+
+        With ``thread``, ``holder`` and ``lapse_ms`` (the claim lease) and
+        ``not_after`` (a due this late is not claimed), the lease is taken in
+        the same op and the reply also says ``took``, ``holder`` (when
+        ``held``) and ``recovered`` (``Jobs.claim``): two round trips in all.
+        """
         job_id = v.job_id(v.field(req, "id"))
-        return {"reply": "claimed", "job": self.jobs.move(agent, job_id, "waiting", "firing")}
+        if "holder" not in req:
+            return {"reply": "claimed", "job": self.jobs.move(agent, job_id, "waiting", "firing")}
+        thread, holder = v.string(req, "thread"), v.string(req, "holder")
+        lapse_ms = v.integer(req, "lapse_ms", minimum=0)
+        not_after = v.number(req, "not_after")
+        claimed = self.jobs.claim(
+            agent, job_id,
+            take=lambda: self.leases_.take_naming(agent, thread, holder, lapse_ms, guess=True),
+            release=lambda: self.leases_.end(agent, thread, holder),
+            not_after=not_after)
+        return claimed.wire()
 
     def op_job_day(self, req: dict, agent: v.Agent) -> Reply:
         day, sent = self.jobs.day(agent)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ from .validate import Agent, compact
 
 T = TypeVar("T")
 U = TypeVar("U")
+
+log = logging.getLogger("cloudstore")
 
 # A CAS loop that keeps losing for this long is contention we cannot beat.
 CAS_ROUNDS = 200
@@ -76,9 +79,31 @@ class Space:
     # key -> (version, what a reader made of it), and key -> (object written, its value): see update
     _seen: Bounded[str, tuple[str, Any]] = field(default_factory=lambda: Bounded(SEEN_BUDGET))
     _written: Bounded[str, tuple[Object, Any]] = field(default_factory=lambda: Bounded(WRITTEN_BUDGET))
+    #: Work a reply leaves for after it is sent (packing, a claimed job's index entry): a driver sets
+    #: a list and runs it once the reply is out (``run_deferred``); None does it before answering.
+    deferred: list[Callable[[], None]] | None = None
 
     def keys(self, agent: Agent) -> AgentKeys:
         return AgentKeys(self.root, agent.owner, agent.id)
+
+    # -- after the reply
+
+    def defer(self, task: Callable[[], None]) -> None:
+        """Run ``task`` once the reply is out (see ``deferred``): only work no answer depends on."""
+        if self.deferred is None:
+            task()
+        else:
+            self.deferred.append(task)
+
+    def run_deferred(self) -> None:
+        """Do what the last replies left for after them; a failure only costs speed or leaves litter
+        that readers already tolerate (a crash there is no different)."""
+        while self.deferred:
+            task = self.deferred.pop(0)
+            try:
+                task()
+            except Exception:  # noqa: BLE001 - the reply is out; a bug here must not end the process
+                log.exception("work deferred past a reply failed")
 
     # -- reads
 
@@ -87,6 +112,31 @@ class Space:
         future = self.beside.submit(aside)
         mine = here()
         return future.result(), mine
+
+    def at_once(self, *tasks: Callable[[], Any]) -> list[Any]:
+        """Independent requests sent at once, their results in order: all but the last on ``beside``.
+
+        Every task is waited for before anything is raised (the first
+        failure, in order), so an op that fails here never answers while a
+        write of its own is still on its way: whether it changed anything is
+        judged once all of them have landed or failed.
+        """
+        futures = [self.beside.submit(task) for task in tasks[:-1]]
+        outcomes: list[tuple[Any, BaseException | None]] = []
+        try:
+            last: tuple[Any, BaseException | None] = (tasks[-1](), None)
+        except Exception as exc:  # noqa: BLE001 - raised once the others are done
+            last = (None, exc)
+        for future in futures:
+            try:
+                outcomes.append((future.result(), None))
+            except Exception as exc:  # noqa: BLE001 - raised once the others are done
+                outcomes.append((None, exc))
+        outcomes.append(last)
+        failure = next((exc for _, exc in outcomes if exc is not None), None)
+        if failure is not None:
+            raise failure
+        return [value for value, _ in outcomes]
 
     def get_json(self, key: str, remember: bool = False) -> tuple[Object | None, Any]:
         """(object, parsed JSON) or (None, None).
@@ -171,7 +221,8 @@ class Space:
         return self.store.put(key, compact(value).encode("ascii"), mode)
 
     def update(self, key: str, change: Callable[[Any | None], tuple[Any, T]], raw: bool = False,
-               cached: bool = False, on_written: Callable[[Object, Any], None] | None = None) -> T:
+               cached: bool = False, on_written: Callable[[Object, Any], None] | None = None,
+               absent: bool = False) -> T:
         """Read-modify-write ``key`` until our conditional write wins.
 
         ``change`` gets the current value (None when absent) and returns
@@ -189,8 +240,15 @@ class Space:
 
         ``on_written(object, value)`` is told of the write that won, so a
         caller can remember what it wrote (a listing then need not read it).
+
+        With ``absent`` (and nothing remembered), the first round guesses the
+        object does not exist: a create-if-absent without a read, for keys
+        that are new in the common case (a claim lease of a fresh job id).
+        A wrong guess costs the one refused create, then reads as usual.
         """
-        remembered = self._written.get(key) if cached else None
+        remembered: tuple[Object | None, Any] | None = self._written.get(key) if cached else None
+        if remembered is None and absent:
+            remembered = (None, None)
         obj: Object | None
         for attempt in range(CAS_ROUNDS):
             if remembered is not None:

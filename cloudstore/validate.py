@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import unicodedata
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -100,6 +101,16 @@ def string(req: dict[str, Any], name: str) -> str:
     if not isinstance(value, str):
         raise RequestError(f"{name!r} must be a string")
     return unicode_text(value, name)
+
+
+def number(req: dict[str, Any], name: str) -> float:
+    """A finite number (an integer or a float, never a boolean)."""
+    value = field(req, name)
+    if is_int(value) and abs(value) <= 2**63:
+        return float(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    raise RequestError(f"{name!r} must be a finite number")
 
 
 def integer(

@@ -396,6 +396,60 @@ OPS = [
 ]
 
 
+# --------------------------------------------------------------------------
+# The runner's claim (job_claim with its lease, the scheduler's own driver)
+
+CLAIM = {"op": "job_claim", "id": JOB_ID, "thread": "job:" + JOB_ID, "holder": "runner-A",
+         "lapse_ms": LONG_LAPSE_MS, "not_after": DUE}
+
+
+def lease_holder(p: Probe) -> str | None:
+    held = [x for x in p("leases", lapse_ms=LONG_LAPSE_MS)["leases"] if x["thread"] == CLAIM["thread"]]
+    return held[0]["holder"] if held else None
+
+
+def setup_claim(s: Session) -> int:
+    ok(s("job_put", place="waiting", job=job(DUE)), DONE)
+    return s("job_mark")["mark"]
+
+
+def check_claim(p: Probe, mark_before: int, reply: Json | None) -> None:
+    """Whole or nothing as for job_shift, plus: a job in firing has runner-A's lease (the lease came
+    first); then another runner's claim is refused naming runner-A, or (nothing landed, or the lease
+    alone) claims the job."""
+    expected = {"reply": "claimed", "job": job(DUE), "took": "took", "holder": None, "recovered": False}
+    if reply is not None:
+        p.require(reply == expected, f"job_claim answered {reply}, not {expected}")
+    moved = read_jobs(p, mark_before, ("waiting", job(DUE)), ("firing", job(DUE)), reply)
+    holder = lease_holder(p)
+    if moved:
+        p.require(holder == "runner-A", f"the job is in firing, but its lease is held by {holder}, not runner-A")
+    p.require(holder in (None, "runner-A"), f"the lease is held by {holder}")
+    again = p.send({**CLAIM, "holder": "runner-B"})
+    if holder == "runner-A":  # a runner killed mid-claim: its lease lapses, then recovery or a claim takes over
+        p.require(again == {"reply": "claimed", "job": None, "took": "held", "holder": "runner-A",
+                            "recovered": False}, f"runner-B's claim answered {again}, not held by runner-A")
+        read_jobs(p, mark_before, ("waiting", job(DUE)), ("firing", job(DUE)), reply, when="after runner-B's claim: ")
+    else:
+        p.require(again == {**expected}, f"runner-B's claim answered {again}, not the job")
+        read_jobs(p, mark_before, ("waiting", job(DUE)), ("firing", job(DUE)), again,
+                  when="after runner-B's claim: ")
+
+
+CLAIM_OP = CrashOp("job_claim with its lease (the runner's claim)", setup_claim, CLAIM, check_claim, own_store=True)
+
+
+@pytest.mark.timeout(1800)
+def test_a_crash_at_any_request_of_a_runners_claim_leaves_it_whole(store: Any) -> None:
+    from dataclasses import replace
+
+    report = sweep_op(replace(store, env={**store.env, "LNK_SCHEDULER_OPS": "1"}), CLAIM_OP)
+    TALLY.add(report)
+    print(report.line())
+    if report.broken:
+        pytest.fail(report.describe(), pytrace=False)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def summary(request: pytest.FixtureRequest) -> Iterator[None]:
     """The closing lines: kill points and broken points per backend, wall time per backend."""

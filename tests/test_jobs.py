@@ -245,7 +245,7 @@ def test_job_due_names_every_agents_due_jobs_only_for_the_schedulers_driver(stor
 def test_a_job_entering_waiting_nudges_this_machines_runners(store, tmp_path):
     """The driver's nudge (wake.py): a put or shift INTO waiting wakes a listener; other changes do not."""
     from cloudstore.client import ServeProcess
-    from cloudstore.wake import WakeListener
+    from cloudstore.wake import Named, WakeListener
 
     folder = str(tmp_path / "wake")
     listener = WakeListener(folder)
@@ -255,12 +255,15 @@ def test_a_job_entering_waiting_nudges_this_machines_runners(store, tmp_path):
         s = Session(proc, fresh_agent())
         s("job_put", place="waiting", job=job("j", 5))
         assert listener.wait(5.0), "a put into waiting sent no nudge"
+        named = Named(s.agent["owner"], s.agent["id"], "j", 5.0)
+        assert listener.take_names() == ([named], False), "the nudge must name the job put"
         s("job_shift", id="j", **{"from": "waiting", "to": "firing"})
         s("job_put", place="ending", job=job("e", 5))
         s("job_remove", place="ending", id="e")
         assert not listener.wait(0.3), "a change that put nothing in waiting nudged"
         s("job_shift", id="j", **{"from": "firing", "to": "waiting"})
         assert listener.wait(5.0), "a shift into waiting sent no nudge"
+        assert listener.take_names() == ([named], False), "the nudge must name the job shifted"
     finally:
         proc.close()
         listener.close()

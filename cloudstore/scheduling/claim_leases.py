@@ -94,6 +94,11 @@ class Claims:
         """The job's lease for this runner, or None when another runner holds it."""
         sent = time.monotonic()
         took, holder = store.take_naming(lease_thread(job_id), self.holder, self.lapse_ms)
+        return self.hold(store, job_id, took, holder, sent)
+
+    def hold(self, store: AgentStore, job_id: str, took: str, holder: str | None, sent: float) -> Claim | None:
+        """What a take SENT at ``sent`` answered (``took``, and ``holder`` when held): the claim now
+        renewed by this runner, or None when another runner holds the lease."""
         if took == "held":
             if holder is not None:
                 self.held_by(store.agent, holder)

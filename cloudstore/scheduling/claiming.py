@@ -2,8 +2,11 @@
 
 ``Claimer.dispatch`` has a worker take a job out of waiting: lease first, then
 the shift waiting -> firing (of several runners exactly one gets both), which
-answers the job it moved (``AgentStore.claim``), since what was shifted is
-what must be fired (a put may have replaced the polled job meanwhile).
+answers the job it moved, since what was shifted is what must be fired (a put
+may have replaced the polled job meanwhile).  Through the runner's own driver
+both are ONE request (``job_claim`` with its lease: two round trips at the
+store, ``jobs.Jobs.claim``); through a bridge, which answers only the
+protocol's ops, a ``take`` then a shift and a read back.
 ``Claimer.reclaim`` takes back a
 job left in firing by a runner that died: the lease (``take`` answers
 ``lapsed``, or ``took`` when the lease is already this runner's), then a
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .claim_leases import Claim, Claims
+from .claim_leases import Claim, Claims, lease_thread
 from .fire import FireCommand
 from .log import log
 from .store_client import Agent, AgentStore, StoreCallError
@@ -131,9 +134,12 @@ class Claimer:
         claim: Claim | None = None
         outcome = "held"
         try:
-            claim = self.claims.take(store, job_id)
+            if store.own_driver:
+                claim, found = self._claim_leased(store, job_id)
+            else:
+                claim = self.claims.take(store, job_id)
+                found = self._claim(store, job_id, claim) if claim is not None else None
             if claim is not None:
-                found = self._claim(store, job_id, claim)
                 if found is not None:
                     job, recovered = found
                     outcome = "claimed"
@@ -154,6 +160,22 @@ class Claimer:
                 self._leave(store.agent, job_id)
                 self._slots.release()
         told(outcome)
+
+    def _claim_leased(self, store: AgentStore, job_id: str) -> tuple[Claim | None, tuple[dict[str, Any], bool] | None]:
+        """The lease and the claim in one request through the runner's own driver (``Jobs.claim``):
+        (the claim, or None when another runner holds it; the job to fire and whether it is a
+        recovery, or None).  With nothing to fire the driver has let the lease go already."""
+        sent = time.monotonic()
+        reply = store.claim_leased(job_id, lease_thread(job_id), self.holder, self.claims.lapse_ms,
+                                   time.time() + EARLY)
+        holder = reply.get("holder")
+        claim = self.claims.hold(store, job_id, str(reply["took"]), holder if isinstance(holder, str) else None, sent)
+        job = reply.get("job")
+        if claim is None or job is None:
+            if claim is not None:
+                self.claims.forget(claim)
+            return claim, None
+        return claim, (job, bool(reply.get("recovered")))
 
     def _claim(self, store: AgentStore, job_id: str, claim: Claim) -> tuple[dict[str, Any], bool] | None:
         """With the lease taken: the job to fire (and whether it is a recovery), or None (lease let go)."""

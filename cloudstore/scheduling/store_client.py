@@ -230,6 +230,13 @@ class AgentStore:
             return None
         return self.get("firing", job_id)
 
+    def claim_leased(self, job_id: str, thread: str, holder: str, lapse_ms: int,
+                     not_after: float) -> dict[str, Any]:
+        """The lease and the claim in one request (``job_claim`` with its lease fields; own driver only):
+        the reply's ``took``, ``holder``, ``job`` and ``recovered``."""
+        return self.op("job_claim", id=job_id, thread=thread, holder=holder, lapse_ms=lapse_ms,
+                       not_after=not_after)
+
     def remove(self, place: str, job_id: str) -> bool:
         return bool(self.op("job_remove", place=place, id=job_id)["found"])
 

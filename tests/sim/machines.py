@@ -133,7 +133,7 @@ def answerer_on(store: RetryingStore, prefix: str, order: random.Random | None =
     beside = SerialPool() if order is None else SeededSidePool(order)
     space = Space(store, prefix, pool=SerialPool(), beside=beside)  # type: ignore[arg-type]
     answerer.service = Service(space)
-    answerer.service.conversations.deferred = []  # as the driver does: packing after the reply
+    answerer.service.space.deferred = []  # as the driver does: packing after the reply
 
     def answer(request: dict) -> dict:
         reply = json.loads(encode_reply(answerer.answer(json.dumps(request).encode("utf-8"))))
