@@ -17,7 +17,7 @@ One pass of the loop (see ``scheduler`` for what it promises):
    polling again (the claim is the judge of whether they are still waiting);
    a nudge, a poll gone stale or a due past what it could see polls afresh.
 3. Every job of ours due now is claimed, soonest first, while a worker is
-   free (``scheduling.claiming``: lease, shift, read back, fire, finish).  A
+   free (``scheduling.claiming``: lease and shift, fire, finish).  A
    job whose owner (``scheduling.peers``: of the runners known to share its
    agent, a rendezvous hash picks one) is another runner waits a grace
    first, and is claimed only if still waiting then.  A claim refused as
@@ -27,8 +27,11 @@ One pass of the loop (see ``scheduler`` for what it promises):
    claimed at once whoever owns it (its owner elsewhere polls later).
 4. Nothing claimed: sleep until the soonest due we know, the next poll, or a
    nudge (``wake``: a driver on this machine put a job in waiting), whichever
-   comes first.  Idle, a runner thus sends one request a ``poll_interval``
-   plus one recovery listing at most as often, whatever the number of agents;
+   comes first.  A nudge naming a job of ours due now has it claimed at once,
+   before any poll (the claim is the judge), so a job put due now on this
+   machine waits for one claim's two round trips; any other nudge polls.
+   Idle, a runner thus sends one request a ``poll_interval`` plus one
+   recovery listing at most as often, whatever the number of agents;
    busy, still one poll a ``poll_interval``, however many jobs fall due.
 """
 
@@ -116,6 +119,8 @@ class Runner:
         self.claims = Claims(holder, timing.lapse, renew_via, held_by=self.peers.saw)
         self.claimer = Claimer(self.claims, fire, workers, keep_ending)
         self.listener = listener or WakeListener()
+        # The agents a named nudge may be claimed for at once: those of our own driver (job_claim).
+        self._named_stores = {(s.agent.owner, s.agent.id): s for s in self.stores if s.own_driver}
         self._stop = threading.Event()
         self._lock = threading.Lock()  # the two maps below: workers tell refusals
         # A due job whose claim was refused as held isn't tried again before this.
@@ -159,8 +164,8 @@ class Runner:
                         self._recovery_step()
                     wake_at = self._look(nudged)
                     nudged = False
-                    if wake_at is not None:
-                        nudged = self._sleep(wake_at)
+                    if wake_at is not None and self._sleep(wake_at):
+                        nudged = self._claim_named()
                 except (StoreCallError, KeyError, TypeError, ValueError) as exc:  # the last three: a malformed reply
                     log("store_error", runner=self.holder, error=str(exc) or repr(exc))
                     self._stop.wait(self.timing.backoff)
@@ -211,6 +216,26 @@ class Runner:
         return False
 
     # -- claiming ------------------------------------------------------------
+
+    def _claim_named(self) -> bool:
+        """Hand to workers at once the jobs due now that nudges named (put on this machine a moment
+        ago, so ours whoever owns them: see ``_put_here``); whether a poll is still needed (a nudge
+        named nothing, or a job not ours or not yet due)."""
+        named, poll = self.listener.take_names()
+        now = time.time()
+        for name in named:
+            store = self._named_stores.get((name.owner, name.agent))
+            if store is None or name.due > now:
+                poll = True
+                continue
+            if self.claimer.busy(store.agent, name.job):
+                continue
+            if not self.claimer.acquire_slot(self._stop.is_set):
+                return poll
+            found = Due(store, name.job, name.due)
+            if not self.claimer.dispatch(store, name.job, self._on_told(found, self.holder)):
+                self.claimer.release_slot()
+        return poll
 
     def claim_due(self, polls: Sequence[Poll], now: float) -> tuple[int | None, float | None]:
         """Hand each polled job ready by ``now`` to a worker (older seconds first, then in this runner's

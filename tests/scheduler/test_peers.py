@@ -210,3 +210,58 @@ class FixedSource:
 
     def poll(self, now: float) -> Poll:
         return Poll([Due(self.store, job, due, key=f"k/{job}") for job, due in self.dues.items()])
+
+
+class NamedNudges:
+    """Stands for the wake listener: hands the runner the names a nudge carried."""
+
+    def __init__(self, named: list[Any], plain: bool = False) -> None:
+        self.named, self.plain = named, plain
+
+    def take_names(self) -> tuple[list[Any], bool]:
+        named, plain = self.named, self.plain
+        self.named, self.plain = [], False
+        return named, plain
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_job_a_nudge_names_due_now_is_claimed_at_once_without_a_poll() -> None:
+    """A put through this machine's driver names its job: the runner's worker claims it at once (the
+    claim judges whether it waits and is due), whoever owns it, and no poll is asked for."""
+    from cloudstore.wake import Named
+
+    r, claimer, store = runner("A", "B")
+    theirs = [job for job in JOBS if owner_of(job, ["A", "B"]) == "B"][0]
+    r.sources = []  # a poll would fail: none may be made
+    r.listener = NamedNudges([Named("o", "a", theirs, 0.0)])  # type: ignore[assignment]
+    assert r._claim_named() is False, "everything the nudge named was handed: no poll is needed"
+    assert claimer.handed == [theirs]
+
+
+def test_a_nudge_naming_nothing_of_ours_due_now_asks_for_a_poll() -> None:
+    from cloudstore.wake import Named
+
+    for named, plain in (
+        ([Named("o", "someone-else", "j", 0.0)], False),  # not an agent of this runner's own driver
+        ([Named("o", "a", "later", 4e9)], False),  # not due yet: the poll shows it, and when
+        ([], True),  # "look now" alone
+    ):
+        r, claimer, _ = runner("A")
+        r.listener = NamedNudges(named, plain)  # type: ignore[assignment]
+        assert r._claim_named() is True, (named, plain)
+        assert claimer.handed == [], (named, plain)
+
+
+def test_a_named_nudge_for_an_agent_reached_through_a_bridge_only_polls() -> None:
+    """A bridge answers no ``job_claim`` with its lease: its agents' named jobs are found by the poll."""
+    from cloudstore.wake import Named
+
+    bridged = AgentStore(AGENT, NoClient(), own_driver=False)
+    r = Runner([bridged], [], fire=None, holder="A",  # type: ignore[arg-type]
+               listener=NamedNudges([Named("o", "a", "j", 0.0)]))  # type: ignore[arg-type]
+    r.claims.close()
+    claimer = RecordingClaimer()
+    r.claimer = claimer  # type: ignore[assignment]
+    assert r._claim_named() is True and claimer.handed == []
