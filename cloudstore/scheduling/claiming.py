@@ -168,6 +168,9 @@ class Claimer:
         sent = time.monotonic()
         reply = store.claim_leased(job_id, lease_thread(job_id), self.holder, self.claims.lapse_ms,
                                    time.time() + EARLY)
+        if "took" not in reply:  # it shifted the job without a lease: recovery finds it leaseless in firing
+            raise StoreCallError(f"job_claim for {store.agent.label()}: the driver is too old to take the "
+                                 "claim lease (upgrade it with the scheduler); the job is left to recovery")
         holder = reply.get("holder")
         claim = self.claims.hold(store, job_id, str(reply["took"]), holder if isinstance(holder, str) else None, sent)
         job = reply.get("job")

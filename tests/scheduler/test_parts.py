@@ -162,3 +162,35 @@ def test_runner_through_store_bridge(tmp_path: Path) -> None:
     stopped = [e for e in events if e["event"] == "stopped"]
     assert stopped and stopped[0]["fired"] == 2 and stopped[0]["requests"] > 0
     assert {(e["owner"], e["agent"]) for e in events if e["event"] == "fired"} == {(None, "a"), ("o", "b")}
+
+
+def test_a_driver_too_old_to_take_the_claim_lease_fires_nothing() -> None:
+    """An older own driver answers ``job_claim`` without ``took``: it shifted the job without a lease.
+    The runner must not fire it (no lease guards it): it reports an error and leaves it to recovery."""
+    from cloudstore.scheduling.claim_leases import Claims
+    from cloudstore.scheduling.claiming import Claimer
+    from cloudstore.scheduling.store_client import AgentStore
+
+    class OldDriver:
+        def request(self, request: dict) -> dict:
+            assert request["op"] == "job_claim", request
+            return {"reply": "claimed", "job": {"id": request["id"], "spec": None, "due": 0}}
+
+        def close(self) -> None:
+            pass
+
+    class NeverFire:
+        def run(self, *args: object) -> None:
+            raise AssertionError("a job claimed without its lease was fired")
+
+    claims = Claims("runner-A", 30.0)
+    claimer = Claimer(claims, NeverFire(), 1, keep_ending=False)  # type: ignore[arg-type]
+    told: list[str] = []
+    try:
+        assert claimer.acquire_slot(lambda: False)
+        assert claimer.dispatch(AgentStore(Agent(owner=None, id="a"), OldDriver(), own_driver=True), "j", told.append)
+        claimer.shutdown()
+    finally:
+        claims.close()
+    assert told == ["error"]
+    assert not claimer.busy(Agent(owner=None, id="a"), "j") and claimer.acquire_slot(lambda: False), "slot kept"
