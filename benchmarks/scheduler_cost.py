@@ -168,9 +168,49 @@ def put(store: ServeProcess, agent: dict[str, Any], job_id: str, due: float) -> 
     assert reply == {"reply": "done"}, reply
 
 
+def claim_floor(name: str, em: Emulator, proxy: FaultProxy, folder: Path, tries: int) -> dict[str, float]:
+    """What any claim of two round trips costs before its fire starts, with nothing of ours in the way.
+
+    The raw SDK, in this process, through the same proxy: three small
+    requests at once (a create, a GET, an overwrite: the lease, the record,
+    the mark), then one more (the record), then the runner's own
+    ``FireCommand`` starts the benchmark's fire command (the recorder); from
+    the first request to the command's first line, median and worst of
+    ``tries``.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cloud_round_trips import BACKENDS as RAW_BACKENDS
+    from cloud_round_trips import RawSDK
+
+    from cloudstore.scheduling.fire import FireCommand
+    from cloudstore.scheduling.store_client import Agent
+
+    raw = RawSDK(RAW_BACKENDS[name], proxy.url, em.env, em.bucket)
+    prefix = f"floor-{uuid.uuid4().hex[:8]}/"
+    raw.create(prefix + "record", b"{}")
+    record = folder / "floor.jsonl"
+    fire = FireCommand([sys.executable, "-S", "-c", RECORDER, str(record)], timeout=60)
+    took: list[float] = []
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        for i in range(tries):
+            time.sleep(0.3)
+            start = time.time()
+            round_one = [pool.submit(raw.create, f"{prefix}lease{i}", b"{}"), pool.submit(raw.get, prefix + "record"),
+                         pool.submit(raw.create, f"{prefix}mark{i}", b"{}")]
+            for future in round_one:
+                future.result()
+            raw.create(f"{prefix}record{i}", b"{}")
+            fire.run(Agent(owner=None, id="floor"), {"id": f"floor{i}", "spec": None, "due": start}, False,
+                     lambda: None)
+            line = [json.loads(x) for x in record.read_text().splitlines() if x.strip()][-1]
+            took.append((line["t"] - start) * 1000)
+    return {"median_ms": statistics.median(took), "worst_ms": max(took)}
+
+
 def run_backend(name: str, args: argparse.Namespace) -> dict[str, Any]:
     program, setting, scheme, endpoint_var, flavor, start = BACKENDS[name]
-    out: dict[str, Any] = {"backend": name, "idle": [], "jobs": None, "prompt": None}
+    out: dict[str, Any] = {"backend": name, "idle": [], "jobs": None, "prompt": None, "floor": None}
     with ExitStack() as stack:
         progress(f"{name}: starting the emulator")
         em: Emulator = start()
@@ -290,6 +330,7 @@ def run_backend(name: str, args: argparse.Namespace) -> dict[str, Any]:
                     replied[where].append(((fired_at(job_id) or done) - done) * 1000)
         finally:
             fleet.stop()
+        out["floor"] = claim_floor(name, em, proxy, folder, args.puts)
         out["prompt"] = {where: {"median_ms": statistics.median(ms), "worst_ms": max(ms), "tries": len(ms),
                                  "reply_median_ms": statistics.median(replied[where]),
                                  "reply_worst_ms": max(replied[where])}
@@ -340,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['backend']}: a job put due now {words}, runners asleep: fired "
                   f"{q['reply_median_ms']:.0f} ms median, {q['reply_worst_ms']:.0f} ms worst after the put's reply; "
                   f"{q['median_ms']:.0f} / {q['worst_ms']:.0f} ms after it was sent ({q['tries']} tries)")
+        f = r["floor"]
+        print(f"{r['backend']}: the floor of a two-round claim (raw SDK: 3 requests at once, then 1) and the same "
+              f"fire command's start: {f['median_ms']:.0f} ms median, {f['worst_ms']:.0f} ms worst")
     return 0
 
 
