@@ -106,3 +106,18 @@ def test_a_listener_without_credentials_believes_no_name(tmp_path: Path, monkeyp
         assert listener.take_names() == ([], True)
     finally:
         listener.close()
+
+
+def test_a_kernel_refusing_credentials_still_wakes_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SO_PASSCRED`` refused: the socket still listens (nudges wake it), and no name is believed."""
+    def refuse(self: socket.socket, *args: object) -> None:
+        raise OSError("not here")
+
+    monkeypatch.setattr(socket.socket, "setsockopt", refuse)
+    listener = listening(tmp_path)
+    try:
+        notify(listener.folder, encode_name({"owner": "o", "id": "a"}, "j", 1.0))
+        assert listener.wait(5.0)
+        assert listener.take_names() == ([], True)
+    finally:
+        listener.close()
