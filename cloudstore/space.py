@@ -109,9 +109,8 @@ class Space:
 
     def together(self, aside: Callable[[], T], here: Callable[[], U]) -> tuple[T, U]:
         """Two independent requests at once (one round trip, not two): ``aside`` on ``beside``, ``here`` here."""
-        future = self.beside.submit(aside)
-        mine = here()
-        return future.result(), mine
+        theirs, mine = self.at_once(aside, here)
+        return theirs, mine
 
     def at_once(self, *tasks: Callable[[], Any]) -> list[Any]:
         """Independent requests sent at once, their results in order: all but the last on ``beside``.
