@@ -216,16 +216,13 @@ class AgentStore:
         return bool(self.op("job_shift", id=job_id, **{"from": source, "to": target})["found"])
 
     def claim(self, job_id: str) -> dict[str, Any] | None:
-        """Shift waiting -> firing, answering the job moved (None: none was waiting).
+        """Shift waiting -> firing, answering the job moved (None: none was waiting), through a bridge.
 
-        One request through the runner's own driver (``job_claim``); a shift
-        and a read back from firing through a bridge, which answers only the
-        protocol's ops (what it reads is then what is in firing, the same
-        job unless someone put another there meanwhile).
+        A bridge answers only the protocol's ops: a shift, then a read back
+        from firing (what it reads is what is in firing, the same job unless
+        someone put another there meanwhile).  The runner's own driver claims
+        with its lease in one request instead (``claim_leased``).
         """
-        if self.own_driver:
-            job: dict[str, Any] | None = self.op("job_claim", id=job_id)["job"]
-            return job
         if not self.shift(job_id, "waiting", "firing"):
             return None
         return self.get("firing", job_id)
