@@ -232,7 +232,7 @@ class Jobs:
         module's crash order).  The mark moves even when the claim then finds
         nothing to move (a lost race, a job gone): the contract allows a mark
         that moves when waiting did not, and claiming in two rounds instead
-        of four is what lets a job put due now fire within 100 ms.
+        of five in a row is what lets a job put due now fire within 100 ms.
 
         A job due after ``not_after`` (replaced with a later due since it was
         listed) is not moved.  With nothing to fire, the lease just taken is

@@ -4,9 +4,9 @@ The scheduler's runners learn of new jobs by polling the store's due index
 (one listing every ``poll_interval``, whatever the number of agents).  That
 alone would make a job put due now wait up to a poll for its runner.  A put
 made on the SAME machine (through an agent's driver or its store bridge)
-can do better for free: after a change to waiting, the driver sends an empty
+can do better for free: after a change to waiting, the driver sends a
 datagram to every runner socket in a folder both know, and a sleeping runner
-wakes and polls at once.
+wakes at once.
 
 A nudge may name what was put (``{"agent", "job", "due"}``, compact JSON).
 A runner takes a name only from a sender of its own user (or root), as the
