@@ -45,6 +45,17 @@ def listening(tmp_path: Path) -> WakeListener:
     return listener
 
 
+def assert_a_name_only_wakes(tmp_path: Path) -> None:
+    """A listener made now wakes on a named nudge but believes no name: a plain nudge, as a poll."""
+    listener = listening(tmp_path)
+    try:
+        notify(listener.folder, encode_name({"owner": "o", "id": "a"}, "j", 1.0))
+        assert listener.wait(5.0)
+        assert listener.take_names() == ([], True)
+    finally:
+        listener.close()
+
+
 def test_a_name_travels_whole_from_notify_to_the_listener(tmp_path: Path) -> None:
     listener = listening(tmp_path)
     try:
@@ -99,13 +110,7 @@ def test_a_name_from_another_user_only_asks_for_a_poll(tmp_path: Path) -> None:
 def test_a_listener_without_credentials_believes_no_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the kernel tells no sender (no ``SO_PASSCRED``), every nudge is plain."""
     monkeypatch.delattr(socket, "SO_PASSCRED")
-    listener = listening(tmp_path)
-    try:
-        notify(listener.folder, encode_name({"owner": "o", "id": "a"}, "j", 1.0))
-        assert listener.wait(5.0)
-        assert listener.take_names() == ([], True)
-    finally:
-        listener.close()
+    assert_a_name_only_wakes(tmp_path)
 
 
 def test_a_kernel_refusing_credentials_still_wakes_the_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,10 +119,4 @@ def test_a_kernel_refusing_credentials_still_wakes_the_runner(tmp_path: Path, mo
         raise OSError("not here")
 
     monkeypatch.setattr(socket.socket, "setsockopt", refuse)
-    listener = listening(tmp_path)
-    try:
-        notify(listener.folder, encode_name({"owner": "o", "id": "a"}, "j", 1.0))
-        assert listener.wait(5.0)
-        assert listener.take_names() == ([], True)
-    finally:
-        listener.close()
+    assert_a_name_only_wakes(tmp_path)
