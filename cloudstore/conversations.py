@@ -12,7 +12,12 @@ blocks, all at once.  Finding the last number without a request per event:
 event keys sort newest first (keys.py), so the conversation's first key is
 its newest event; ``last`` reads the head and lists that one key at once,
 two requests in one round trip however long the conversation, and a read
-fetches its blocks one round trip after.  Conversations 0.3.0 began keep its
+fetches its blocks one round trip after.  A long conversation's head also
+names how far it is packed (moved on every ``PREFETCH_HINT_EVERY`` events,
+after the reply, by the packer): a read asks for those blocks as soon as the
+head is in, while the listing is still on its way, so the bulk of a long read
+travels (and is parsed) beside the listing and only its tail after it.
+Conversations 0.3.0 began keep its
 oldest-first layout: the head names how far their events are packed
 (refreshed every ``HINT_EVERY`` events), and ``last`` lists the event keys
 after that, a round trip later.
@@ -36,13 +41,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import packing
 from .cache import Bounded
-from .generations import AlreadyExists, Create, Listed, Overwrite, StoreError, frame
-from .heads import Heads, epoch_of, packed_last, with_packed
+from .generations import AlreadyExists, Create, Listed, Object, Overwrite, StoreError, frame
+from .heads import Heads, epoch_of, packed_last, packed_newest, with_packed
 from .keys import AgentKeys, EpochKeys, conversation_key, name_part
 from .packing import Piece, cover, packed_at
 from .removal import FENCE, TRUST_SECONDS, Removals
@@ -53,6 +59,9 @@ from .validate import Agent, compact
 RECENT_KEPT = 64
 #: The head's packing hint moves on every this many events: a head write that often, a listing at most this long.
 HINT_EVERY = 64
+#: In the newest-first layout the hint moves on every this many events (a head write that often): a read
+#: fetches the blocks up to it beside the listing, and at most this many events' blocks after it.
+PREFETCH_HINT_EVERY = 512
 #: What a serve process keeps of conversations' latest events: part of cache.MEMORY_BUDGET.
 RECENT_BUDGET = 16 * 1024 * 1024
 #: Rounds of reading again when an epoch dies under a read (a removal racing it).
@@ -62,6 +71,14 @@ log = logging.getLogger("cloudstore")
 
 #: A fence's stored size: a listed last event of another size is no fence, and costs no read.
 _FENCE_SIZE = len(frame("0" * 32, FENCE, Create().lineage))
+
+
+@dataclass
+class Early:
+    """Blocks a read asked for before it knew the last number: of one epoch, by piece, each (object, parsed)."""
+
+    epoch: int
+    blocks: dict[Piece, Future[tuple[Object | None, Any]]]
 
 
 @dataclass
@@ -140,7 +157,8 @@ class Conversations:
         obj = self.store.get(item.key)
         return obj is not None and obj.data == FENCE
 
-    def _fresh(self, keys: AgentKeys, thread: str) -> ThreadMemory:
+    def _fresh(self, keys: AgentKeys, thread: str,
+               on_head: Callable[[dict[str, Any]], None] | None = None) -> ThreadMemory:
         """Read the epoch and last number from the store, and remember them.
 
         The head and the conversation's first key (its newest event) are read
@@ -150,12 +168,20 @@ class Conversations:
         epoch were its last at the listing's moment; none of it listed means
         it was empty at the later of the bump and the listing; an epoch
         newer than the head's, or a fence, means a removal came between:
-        read both again.
+        read both again.  ``on_head`` is told of each head as soon as it is
+        in (a read starts fetching blocks then).
         """
         prefix = keys.thread(thread)
+
+        def head_then() -> dict[str, Any]:
+            head = self._head(keys, thread)
+            if on_head is not None:
+                on_head(head)
+            return head
+
         for _ in range(EPOCH_ROUNDS):
             confirmed = self.clock.now()
-            newest, head = self.space.together(lambda: self._newest(keys, thread), lambda: self._head(keys, thread))
+            newest, head = self.space.together(lambda: self._newest(keys, thread), head_then)
             epoch = epoch_of(head)
             mem = self.memory.get(prefix)
             same = mem is not None and mem.epoch == epoch
@@ -242,8 +268,9 @@ class Conversations:
             body = "[" + ",".join(got) + "]"
             self.store.put(at.segment(end, size), body.encode("ascii"), Overwrite())
             right = got
-        if end % HINT_EVERY == 0 and not at.newest_first:  # 0.3.0's layout: ``last`` lists from the hint
-            self.heads.update(at.agent, at.thread, lambda head: (with_packed(head, at.epoch, end) or KEEP, None),
+        if end % (PREFETCH_HINT_EVERY if at.newest_first else HINT_EVERY) == 0:  # after every block it names
+            self.heads.update(at.agent, at.thread,
+                              lambda head: (with_packed(head, at.epoch, end, at.newest_first) or KEEP, None),
                               cached=True)
 
     def last(self, agent: Agent, thread: str) -> int:
@@ -254,33 +281,73 @@ class Conversations:
         """The events numbered ``first`` and on, in order, as JSON values (each object parsed once:
         a packed block straight from its bytes, never split into texts and parsed again)."""
         keys = self.space.keys(agent)
+        early: list[Early] = []  # of the last head read: the one the listing is judged against
+
+        def prefetch(head: dict[str, Any]) -> None:
+            early[:] = self._prefetch(keys, thread, first, head)
+
         for _ in range(EPOCH_ROUNDS):
-            events = self._read_epoch(keys, thread, first, self._fresh(keys, thread))
+            mem = self._fresh(keys, thread, prefetch)
+            events = self._read_epoch(keys, thread, first, mem, early[0] if early else None)
             if events is not None:
                 return events
         raise Contention("the conversation kept being removed while it was read; read again")
 
-    def _read_epoch(self, keys: AgentKeys, thread: str, first: int, mem: ThreadMemory) -> list[Any] | None:
+    def _prefetch(self, keys: AgentKeys, thread: str, first: int, head: dict[str, Any]) -> list[Early]:
+        """Ask for the blocks the head says are packed from ``first`` on, without waiting for them.
+
+        Why blocks fetched before the listing answer as well as after it: a
+        block's bytes are those of its events whoever packed it, and events
+        stay while their epoch lives; they are used only if the listing then
+        finds the same epoch alive, and only where ``cover`` of the real last
+        number names the same block.  With the hint current (less than
+        ``PREFETCH_HINT_EVERY`` behind the last) it names every one: a block
+        that fits before the last fits before the hint, both being multiples
+        of the interval.  A stale hint (its write failed) costs a few blocks
+        asked for and not used.
+        """
+        hint = packed_newest(head)
+        if hint < first:
+            return []
+        at = EpochKeys(keys, thread, epoch_of(head), True)
+
+        def fetch(key: str) -> tuple[Object | None, Any]:
+            obj = self.store.get(key)
+            try:  # parsed here, beside the listing; a block that is no JSON is left to _gather to judge
+                return obj, None if obj is None else json.loads(obj.data)
+            except ValueError:
+                return obj, None
+
+        mem = self.memory.get(keys.thread(thread))
+        held = mem.recent if mem is not None and mem.epoch == at.epoch else {}
+        pieces = [p for p in cover(first, hint)
+                  if p.size > 1 and not all(s in held for s in range(p.first, p.end + 1))]  # _gather's test
+        return [Early(at.epoch, {p: self.space.pool.submit(fetch, at.segment(p.end, p.size)) for p in pieces})]
+
+    def _read_epoch(self, keys: AgentKeys, thread: str, first: int, mem: ThreadMemory,
+                    early: Early | None = None) -> list[Any] | None:
         """The events of the epoch ``mem`` stands on; None if it died while they were fetched."""
         if first > mem.last:
             return []
         pieces = cover(first, mem.last)
         at = EpochKeys(keys, thread, mem.epoch, mem.newest_first)
-        events = self._gather(at, pieces, mem.recent, parse=True)
+        usable = early.blocks if early is not None and early.epoch == mem.epoch and mem.newest_first else {}
+        events = self._gather(at, pieces, mem.recent, parse=True, early=usable)
         if events is None:
             self.memory.pop(keys.thread(thread))
             return None  # removed (and perhaps purged) while read: read the head again
         return events[first - pieces[0].first:]
 
-    def _gather(self, at: EpochKeys, pieces: list[Piece],
-                recent: dict[int, str], parse: bool = False) -> list[Any] | None:
+    def _gather(self, at: EpochKeys, pieces: list[Piece], recent: dict[int, str], parse: bool = False,
+                early: dict[Piece, Future[tuple[Object | None, Any]]] | None = None) -> list[Any] | None:
         """Every event of ``pieces``, in order: all fetched at once, a missing block read as its halves.
 
         As compact JSON texts (to pack them), or with ``parse`` as JSON values
         (to answer a read: a block's bytes are parsed once, whole; re-encoding
         each of 10,000 events to text and parsing it again cost more than
         the requests).  None when a single event is missing or is a fence:
-        the epoch died.
+        the epoch died.  ``early``: blocks already asked for (``_prefetch``),
+        taken from there instead of asked for again.
         """
         leaf: Callable[[str], Any] = json.loads if parse else (lambda text: text)
         got: dict[Piece, list[Any]] = {}
@@ -293,9 +360,12 @@ class Conversations:
                     got[p] = [leaf(recent[s]) for s in seqs]
                 else:
                     wanted.append(p)
-            objs = self.space.get_many(at.event(p.end) if p.size == 1 else at.segment(p.end, p.size) for p in wanted)
+            asked = [p for p in wanted if not (early and p in early)]
+            fetched = dict(zip(asked, self.space.get_many(
+                at.event(p.end) if p.size == 1 else at.segment(p.end, p.size) for p in asked), strict=True))
             todo = []
-            for p, obj in zip(wanted, objs, strict=False):
+            for p in wanted:
+                obj, parsed = early.pop(p).result() if early and p in early else (fetched[p], None)
                 if p.size == 1:
                     if obj is None or obj.data == FENCE:
                         return None
@@ -303,7 +373,7 @@ class Conversations:
                 elif obj is None:
                     todo.extend(p.halves())  # not packed (yet): its halves, next round
                 else:
-                    block = json.loads(obj.data)
+                    block = json.loads(obj.data) if parsed is None else parsed
                     if not isinstance(block, list) or len(block) != p.size:
                         todo.extend(p.halves())  # not a whole block (never written so): its halves
                         continue

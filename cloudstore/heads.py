@@ -17,8 +17,13 @@ listing.  Its fields::
                                   epochs a remove left to fence or purge (removal.py)
     {"thread": t, "epoch": e, "packed": {"epoch": e, "last": n}, ...}
                                   events 1..n of epoch e exist and are packed (packing.py):
-                                  a hint where to list the last number from, so ``last``
-                                  costs two requests however long the conversation
+                                  in 0.3.0's layout, a hint where to list the last number
+                                  from, so ``last`` costs two requests however long the
+                                  conversation
+    {"thread": t, "epoch": e, "packed": {"epoch": e, "last": n, "newest": true}, ...}
+                                  the same of an epoch in the newest-first layout (keys.py):
+                                  a hint which blocks a read may fetch before it knows the
+                                  last number (conversations.py)
 
 An ended lease keeps no holder; a head with no epoch is at epoch 0.  (0.1.0
 kept the epoch in a separate object and ended leases as ``{"ended": true}``:
@@ -64,11 +69,25 @@ def packed_last(head: dict[str, Any]) -> int:
     return 0
 
 
-def with_packed(head: dict[str, Any], epoch: int, last: int) -> dict[str, Any] | None:
-    """The head with its hint moved on to ``last``; None when it is of another epoch or already as far."""
+def packed_newest(head: dict[str, Any]) -> int:
+    """Up to which number the head says the current epoch's events are packed in the newest-first layout.
+
+    0 when it does not say so; a hint of 0.3.0's layout names blocks under
+    other keys, so it is never taken for one of this layout.
+    """
+    packed = head.get("packed")
+    return packed_last(head) if isinstance(packed, dict) and packed.get("newest") is True else 0
+
+
+def with_packed(head: dict[str, Any], epoch: int, last: int, newest: bool = False) -> dict[str, Any] | None:
+    """The head with its hint moved on to ``last``; None when it is of another epoch or already as far.
+
+    ``newest``: the epoch keeps the newest-first layout, so its blocks are
+    where ``packed_newest`` readers look for them.
+    """
     if epoch_of(head) != epoch or packed_last(head) >= last:
         return None
-    return {**head, "packed": {"epoch": epoch, "last": last}}
+    return {**head, "packed": {"epoch": epoch, "last": last, **({"newest": True} if newest else {})}}
 
 
 class Heads:

@@ -35,7 +35,8 @@ from cloudstore.space import Space
 
 #: Retries that never sleep: the scheduler orders everything.
 POLICY = RetryPolicy(attempts=6, first_delay=0.0, max_delay=0.0, deadline=60.0)
-PACKINGS = ((2, 2, 2), (2, 4, 4), (2, 8, 6), (4, 8, 8))  # packing.PACK_MIN, PACK_MAX, conversations.HINT_EVERY
+#: packing.PACK_MIN, PACK_MAX, and both of conversations' hint intervals (HINT_EVERY, PREFETCH_HINT_EVERY)
+PACKINGS = ((2, 2, 2), (2, 4, 4), (2, 8, 6), (4, 8, 8))
 
 
 class SerialPool:
@@ -117,6 +118,7 @@ def seeded(seed: int) -> Iterator[dict]:
     patch(packing, "PACK_MIN", pack_min)
     patch(packing, "PACK_MAX", pack_max)
     patch(conversations, "HINT_EVERY", hint_every)
+    patch(conversations, "PREFETCH_HINT_EVERY", hint_every)
     try:
         yield knobs
     finally:
