@@ -33,7 +33,11 @@ A fresh serve process is started and warmed on another agent first (SDK
 import, client, first connection), then only the request of interest is
 counted and timed.  Each figure is the median of ``--repeats`` tries (appends:
 of ``--appends``).  Round trips are wall time / RTT: how many RTTs deep the
-op is, counting requests made in parallel once.  Figures, not assertions:
+op is, counting requests made in parallel once.  Rounds are the same depth
+counted at the proxy instead of timed (``rounds_of``): what the design costs
+on any store, where the wall time also holds the emulator's own speed (a
+LIST on an emulator scans the whole bucket, and moto serves requests sent
+beside it only as its CPU frees).  Figures, not assertions:
 emulators on a shared 2-core machine are noisy, and the proxy opens a new
 upstream connection per request, which adds a little under each request.
 """
@@ -53,7 +57,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cloudstore.client import ServeProcess, call_once, driver_env
@@ -62,7 +66,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults, tests/emulators.py: not installed
 
 from emulators import Emulator, start_fake_gcs, start_moto  # noqa: E402
-from faults.http_proxy import FaultProxy  # noqa: E402
+from faults.http_proxy import FaultProxy, Seen  # noqa: E402
 
 AGENT = {"id": "bench", "owner": "bench"}
 WARM = {"op": "last", "agent": {"id": "warm-up", "owner": None}, "thread": "warm-up"}
@@ -176,8 +180,15 @@ c.bucket(sys.argv[1]).blob(sys.argv[2]).download_as_bytes()
 
 @dataclass
 class Sample:
-    ms: list[float]
-    requests: list[int]
+    ms: list[float] = field(default_factory=list)
+    requests: list[int] = field(default_factory=list)
+    rounds: list[int] = field(default_factory=list)
+
+    def add(self, ms: float, seen: Sequence[Seen]) -> None:
+        """One try: its wall time and what the proxy saw of it."""
+        self.ms.append(ms)
+        self.requests.append(len(seen))
+        self.rounds.append(rounds_of(seen))
 
     @property
     def p50(self) -> float:
@@ -186,6 +197,25 @@ class Sample:
     @property
     def req(self) -> float:
         return statistics.median(self.requests)
+
+    @property
+    def depth(self) -> float:
+        return statistics.median(self.rounds)
+
+
+def rounds_of(seen: Sequence[Seen]) -> int:
+    """How many requests deep a try was at the proxy, whatever the emulator's speed.
+
+    The longest chain of requests each sent after the one before it was
+    answered (the proxy's clock, both ends). Requests sent together count
+    once; a request sent after another's answer only by chance counts as
+    waiting on it, so this is an upper bound on the rounds the op needed.
+    """
+    depth: list[int] = []
+    ordered = sorted(seen, key=lambda s: s.at)
+    for i, s in enumerate(ordered):
+        depth.append(1 + max((d for q, d in zip(ordered[:i], depth, strict=False) if q.answered <= s.at), default=0))
+    return max(depth, default=0)
 
 
 @dataclass
@@ -200,8 +230,8 @@ class Row:
 SHOW_REQUESTS = False  # --show-requests: each counted request on stderr
 
 
-def timed(proxy: FaultProxy, fn: Callable[[], Any]) -> tuple[float, int, Any]:
-    """Run ``fn`` once with the proxy's record cleared: (ms, requests at the proxy, result)."""
+def timed(proxy: FaultProxy, fn: Callable[[], Any]) -> tuple[float, list[Seen], Any]:
+    """Run ``fn`` once with the proxy's record cleared: (ms, the requests the proxy saw, result)."""
     proxy.clear()
     began = time.monotonic()
     start = time.perf_counter()
@@ -211,8 +241,9 @@ def timed(proxy: FaultProxy, fn: Callable[[], Any]) -> tuple[float, int, Any]:
     if SHOW_REQUESTS:
         progress(f"{len(seen)} requests in {ms:.1f} ms:")
         for s in seen:
-            progress(f"  +{(s.at - began) * 1000:7.1f} ms {s.method} {s.target[:400]} -> {s.status} ({s.sent} B)")
-    return ms, len(seen), result
+            progress(f"  +{(s.at - began) * 1000:7.1f} ms ..{(s.answered - began) * 1000:7.1f} ms "
+                     f"{s.method} {s.target[:400]} -> {s.status} ({s.sent} B)")
+    return ms, seen, result
 
 
 def checked(reply: Any, what: str) -> Any:
@@ -248,15 +279,14 @@ def warmed(program: str, env: dict[str, str], count: int) -> Iterator[list[Serve
 def fresh(proxy: FaultProxy, program: str, env: dict[str, str], request: dict, repeats: int,
           check: Callable[[dict], None] | None = None) -> Sample:
     """``request`` as the first request (after the warm-up) of each of ``repeats`` fresh processes."""
-    sample = Sample([], [])
+    sample = Sample()
     with warmed(program, env, repeats) as procs:
         for p in procs:
-            ms, n, reply = timed(proxy, lambda p=p: p.request(request, timeout=TIMEOUT))
+            ms, seen, reply = timed(proxy, lambda p=p: p.request(request, timeout=TIMEOUT))
             checked(reply, request["op"])
             if check:
                 check(reply)
-            sample.ms.append(ms)
-            sample.requests.append(n)
+            sample.add(ms, seen)
             p.close()
     return sample
 
@@ -394,27 +424,25 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
     turn()
 
     def raw_sample(fn: Callable[[], Any], times: int) -> Sample:
-        sample = Sample([], [])
+        sample = Sample()
         for _ in range(times):
-            ms, count, _ = timed(proxy, fn)
-            sample.ms.append(ms)
-            sample.requests.append(count)
+            ms, seen, _ = timed(proxy, fn)
+            sample.add(ms, seen)
         return sample
 
     reps = args.repeats
 
     # append, steady state in a warm serve process
     progress(f"{backend.name}: append x{args.appends}")
-    appends = Sample([], [])
+    appends = Sample()
     with warmed(program, via, 1) as (p,):
         thread = f"appends-{uuid.uuid4().hex[:6]}"
         for seq in range(1, args.appends + 1):
             req = {"op": "append", "agent": AGENT, "thread": thread, "event": event(seq, tb)}
-            ms, count, reply = timed(proxy, lambda p=p, req=req: p.request(req, timeout=TIMEOUT))
+            ms, seen, reply = timed(proxy, lambda p=p, req=req: p.request(req, timeout=TIMEOUT))
             if reply != {"reply": "done"}:
                 raise RuntimeError(f"append {seq}: {reply}")
-            appends.ms.append(ms)
-            appends.requests.append(count)
+            appends.add(ms, seen)
     creates = raw_sample(lambda: raw.create(f"{raw_prefix}create/{uuid.uuid4().hex}", b"x" * size), args.appends)
     rows.append(Row("append p50", appends, "1 conditional create", creates,
                     f"req mean {statistics.mean(appends.requests):.2f} max {max(appends.requests)}, "
@@ -468,16 +496,15 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
     # job_next: fresh, then the same processes again
     progress(f"{backend.name}: job_next with {args.agents} agents waiting")
     due = 2_000_000_000
-    next_fresh, next_warm = Sample([], []), Sample([], [])
+    next_fresh, next_warm = Sample(), Sample()
     with warmed(program, via, reps) as procs:
         for p in procs:
             for sample in (next_fresh, next_warm):
-                ms, count, reply = timed(proxy, lambda p=p: p.request({"op": "job_next", "agent": AGENT},
+                ms, seen, reply = timed(proxy, lambda p=p: p.request({"op": "job_next", "agent": AGENT},
                                                                   timeout=TIMEOUT))
                 if checked(reply, "job_next").get("next") != due:
                     raise RuntimeError(f"job_next answered {reply}, expected {due}")
-                sample.ms.append(ms)
-                sample.requests.append(count)
+                sample.add(ms, seen)
             p.close()
     listing = raw_sample(lambda: raw.list16(raw_prefix + "list/"), reps)
     rows.append(Row("job_next, fresh", next_fresh, "1 LIST, 16 keys", listing, f"{args.agents} agents"))
@@ -485,23 +512,21 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
 
     # call mode: one process per request, against a bare SDK in a fresh python
     progress(f"{backend.name}: call mode x{reps}")
-    calls = Sample([], [])
+    calls = Sample()
     request = {"op": "file_read", "agent": AGENT, "path": FILE_PATH}
     for _ in range(reps):
-        ms, count, (lines, err, code) = timed(proxy, lambda: call_once(program, request, env=via, timeout=TIMEOUT))
+        ms, seen, (lines, err, code) = timed(proxy, lambda: call_once(program, request, env=via, timeout=TIMEOUT))
         if code != 0 or len(lines) != 1 or not json.loads(lines[0]).get("file"):
             raise RuntimeError(f"{program} call exited {code}: {lines} {err[-500:]}")
-        calls.ms.append(ms)
-        calls.requests.append(count)
-    bare = Sample([], [])
+        calls.add(ms, seen)
+    bare = Sample()
     for _ in range(reps):
         argv = [sys.executable, "-c", BARE_SCRIPT[backend.name], em.bucket, raw_prefix + "small"]
-        ms, count, done = timed(proxy, lambda argv=argv: subprocess.run(argv, env=driver_env(via), capture_output=True,
+        ms, seen, done = timed(proxy, lambda argv=argv: subprocess.run(argv, env=driver_env(via), capture_output=True,
                                                               timeout=TIMEOUT))
         if done.returncode != 0:
             raise RuntimeError(f"bare SDK GET exited {done.returncode}: {done.stderr.decode()[-800:]}")
-        bare.ms.append(ms)
-        bare.requests.append(count)
+        bare.add(ms, seen)
     rows.append(Row("call file_read", calls, "python: import SDK + 1 GET", bare, "process per request"))
     return rows
 
@@ -513,18 +538,22 @@ def fmt_req(sample: Sample) -> str:
     return f"{sample.req:g}"
 
 
+def fmt_rounds(sample: Sample) -> str:
+    return f"{sample.depth:g}"
+
+
 def fmt_rt(ms: float, rtt_ms: float) -> str:
     return f"{ms / rtt_ms:.1f}" if rtt_ms > 0 else "-"
 
 
 def table(label: str, rows: Sequence[Row], rtt_ms: float) -> str:
-    head = (f"{'figure':<18} {'req':>5} {'wall ms':>9} {'RTTs':>6} | {'raw SDK, nearest equivalent':<28} "
+    head = (f"{'figure':<18} {'req':>5} {'rounds':>6} {'wall ms':>9} {'RTTs':>6} | {'raw SDK, nearest equivalent':<28} "
             f"{'req':>4} {'wall ms':>9} {'RTTs':>6} | {'ratio':>6}  note")
     out = [f"\n{label}", head, "-" * len(head)]
     for r in rows:
         d, b = r.driver, r.baseline
         ratio = d.p50 / b.p50 if b.p50 > 0 else float("nan")
-        out.append(f"{r.figure:<18} {fmt_req(d):>5} {d.p50:9.1f} {fmt_rt(d.p50, rtt_ms):>6} | "
+        out.append(f"{r.figure:<18} {fmt_req(d):>5} {fmt_rounds(d):>6} {d.p50:9.1f} {fmt_rt(d.p50, rtt_ms):>6} | "
                    f"{r.baseline_name:<28} {fmt_req(b):>4} {b.p50:9.1f} {fmt_rt(b.p50, rtt_ms):>6} | "
                    f"{ratio:6.2f}  {r.note}")
     return "\n".join(out)
@@ -570,7 +599,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"repeats {args.repeats}, appends {args.appends}, events {args.events}, "
           f"big {'skipped' if args.skip_big else args.big_events}, agents {args.agents}, "
           f"event text {args.text_bytes} B")
-    print("req: requests counted at the proxy (median); wall ms: median; RTTs: wall / RTT; "
+    print("req: requests counted at the proxy (median); rounds: requests one after another at the proxy "
+          "(median); wall ms: median; RTTs: wall / RTT; "
           "ratio: driver wall / raw SDK wall")
     sys.stdout.flush()
     started = time.monotonic()

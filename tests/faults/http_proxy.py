@@ -119,6 +119,7 @@ class Seen:
     action: str | None  # the rule's action that fired, if any
     sent: int = 0  # body bytes sent to the client
     content: bytes = field(default=b"", repr=False)  # the first CONTENT_KEPT bytes of the request body
+    answered: float = 0.0  # time.monotonic() when its reply (or none) was settled, before it was written
 
 
 @dataclass
@@ -346,7 +347,8 @@ class FaultProxy:
                 rule: Rule | None, sent: int = 0) -> None:
         with self._lock:
             self.seen.append(Seen(request.method, request.target, status, upstream, at,
-                                  rule.action if rule else None, sent, request.body[:CONTENT_KEPT]))
+                                  rule.action if rule else None, sent, request.body[:CONTENT_KEPT],
+                                  time.monotonic()))
 
     # -- the work
 
