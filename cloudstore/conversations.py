@@ -281,19 +281,20 @@ class Conversations:
         """The events numbered ``first`` and on, in order, as JSON values (each object parsed once:
         a packed block straight from its bytes, never split into texts and parsed again)."""
         keys = self.space.keys(agent)
-        early: list[Early] = []  # of the last head read: the one the listing is judged against
+        early: Early | None = None  # of the last head read: the one the listing is judged against
 
         def prefetch(head: dict[str, Any]) -> None:
-            early[:] = self._prefetch(keys, thread, first, head)
+            nonlocal early
+            early = self._prefetch(keys, thread, first, head)
 
         for _ in range(EPOCH_ROUNDS):
             mem = self._fresh(keys, thread, prefetch)
-            events = self._read_epoch(keys, thread, first, mem, early[0] if early else None)
+            events = self._read_epoch(keys, thread, first, mem, early)
             if events is not None:
                 return events
         raise Contention("the conversation kept being removed while it was read; read again")
 
-    def _prefetch(self, keys: AgentKeys, thread: str, first: int, head: dict[str, Any]) -> list[Early]:
+    def _prefetch(self, keys: AgentKeys, thread: str, first: int, head: dict[str, Any]) -> Early | None:
         """Ask for the blocks the head says are packed from ``first`` on, without waiting for them.
 
         Why blocks fetched before the listing answer as well as after it: a
@@ -308,7 +309,7 @@ class Conversations:
         """
         hint = packed_newest(head)
         if hint < first:
-            return []
+            return None
         at = EpochKeys(keys, thread, epoch_of(head), True)
 
         def fetch(key: str) -> tuple[Object | None, Any]:
@@ -320,9 +321,8 @@ class Conversations:
 
         mem = self.memory.get(keys.thread(thread))
         held = mem.recent if mem is not None and mem.epoch == at.epoch else {}
-        pieces = [p for p in cover(first, hint)
-                  if p.size > 1 and not all(s in held for s in range(p.first, p.end + 1))]  # _gather's test
-        return [Early(at.epoch, {p: self.space.pool.submit(fetch, at.segment(p.end, p.size)) for p in pieces})]
+        pieces = [p for p in cover(first, hint) if p.size > 1 and not _held(p, held)]
+        return Early(at.epoch, {p: self.space.pool.submit(fetch, at.segment(p.end, p.size)) for p in pieces})
 
     def _read_epoch(self, keys: AgentKeys, thread: str, first: int, mem: ThreadMemory,
                     early: Early | None = None) -> list[Any] | None:
@@ -355,9 +355,8 @@ class Conversations:
         while todo:
             wanted: list[Piece] = []
             for p in todo:
-                seqs = range(p.first, p.end + 1)
-                if all(s in recent for s in seqs):
-                    got[p] = [leaf(recent[s]) for s in seqs]
+                if _held(p, recent):
+                    got[p] = [leaf(recent[s]) for s in range(p.first, p.end + 1)]
                 else:
                     wanted.append(p)
             asked = [p for p in wanted if not (early and p in early)]
@@ -397,6 +396,11 @@ class Conversations:
         keys = self.space.keys(agent)
         self.removals.remove(keys, thread)
         self.memory.pop(keys.thread(thread))
+
+
+def _held(piece: Piece, recent: dict[int, str]) -> bool:
+    """Whether a process's memory holds every event of ``piece`` (it is then never fetched)."""
+    return all(s in recent for s in range(piece.first, piece.end + 1))
 
 
 def _leaves(pieces: list[Piece], got: dict[Piece, list[Any]]) -> Iterator[Piece]:
