@@ -19,12 +19,69 @@ from collections.abc import Iterator
 from typing import Any
 
 from .clock import StoreClock, probe_by_reading
-from .generations import AlreadyExists, Create, Listed, NotFound, PreconditionFailed, PutMode, Transient, Update
+from .generations import (
+    AlreadyExists,
+    Create,
+    Listed,
+    NotFound,
+    PreconditionFailed,
+    PutMode,
+    StoreRefused,
+    Throttled,
+    Transient,
+    Update,
+    http_retry_after,
+)
 
 # python-storage retries these statuses (google/cloud/storage/retry.py
 # _RETRYABLE_STATUS_CODES: 408, 429, 500, 502, 503, 504); 409 is a conflict
-# between overlapping writes, settled by retrying.
+# between overlapping writes, settled by retrying.  429 is a throttle
+# (``rateLimitExceeded``: about one write a second to one object name), a
+# refusal before anything was applied: ``Throttled``.
 _TRANSIENT_CODES = {408, 409, 429, 500, 502, 503, 504}
+_THROTTLE_CODE = 429
+
+# What a 4xx refusal means, by status; the store's own message is not repeated (it names
+# the bucket and the object, which replies never show), only the limit it names.
+_REFUSED_STATUS = {
+    400: "the store judged the request malformed", 401: "the driver's credentials were not accepted",
+    403: "the driver's credentials may not do this here", 405: "the store does not allow this method here",
+    411: "the store wants the request's length first", 413: "the request is larger than the store accepts",
+    414: "the request's address is longer than the store accepts",
+}
+# 4xx statuses that are not refusals of this kind: absent (404), a race or a timeout (408, 409),
+# a precondition (412), an unsatisfiable range (416), a throttle (429).
+_NOT_REFUSALS = {404, 408, 409, 412, 416, 429}
+
+
+def _meaning(status: int, text: str) -> str:
+    """What a GCS refusal means, naming the limit its message names where one is known."""
+    lowered = text.lower()
+    if "object length" in lowered or ("name" in lowered and ("too long" in lowered or "1024" in lowered)):
+        return "a path part is longer than the store accepts (GCS: 1,024 bytes a whole object name)"
+    if "bucket does not exist" in lowered:
+        return "the bucket does not exist"
+    return _REFUSED_STATUS.get(status, "the store refused it")
+
+
+def refusal(status: int | None, text: str) -> StoreRefused | None:
+    """A 4xx reply (or a 404 naming the bucket) the store gives whatever the retry, as ``StoreRefused``.
+
+    The request was not applied: nothing was changed, and the reply says so.
+    """
+    if status is None:
+        return None
+    bucket_gone = status == 404 and "bucket does not exist" in text.lower()
+    if bucket_gone or (400 <= status < 500 and status not in _NOT_REFUSALS):
+        return StoreRefused(f"the store refused the request ({status}): {_meaning(status, text)}")
+    return None
+
+
+def _retry_after(exc: Exception) -> float | None:
+    """The ``Retry-After`` of the reply behind ``exc``, in seconds, when it sent one."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    return http_retry_after(headers.get("Retry-After")) if headers is not None else None
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -52,7 +109,10 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 def _classify(exc: Exception, creating: bool = False) -> Exception:
     """Map a google-api-core / google-auth / transport error onto the seam's vocabulary.
 
-    At least what python-storage's ``_should_retry`` retries becomes ``Transient``.
+    At least what python-storage's ``_should_retry`` retries becomes ``Transient``;
+    a 429 is ``Throttled`` (refused, not applied, retried until the deadline);
+    a 4xx refusal (400, 403, 404 of the bucket, 405, 411, 413...) is
+    ``StoreRefused``: nothing was changed, never ``outcome unknown``.
     """
     from google.api_core import exceptions as gexc
     from google.auth import exceptions as aexc
@@ -60,12 +120,15 @@ def _classify(exc: Exception, creating: bool = False) -> Exception:
 
     if isinstance(exc, gexc.PreconditionFailed):
         return AlreadyExists(str(exc)) if creating else PreconditionFailed(str(exc))
-    if isinstance(exc, gexc.NotFound):
-        return NotFound(str(exc))
-    if isinstance(exc, gexc.GoogleAPICallError):
-        return Transient(f"{exc.code} {type(exc).__name__}") if exc.code in _TRANSIENT_CODES else exc
-    if isinstance(exc, InvalidResponse):
-        status = getattr(exc.response, "status_code", None)
+    if isinstance(exc, (gexc.GoogleAPICallError, InvalidResponse)):
+        status = exc.code if isinstance(exc, gexc.GoogleAPICallError) else getattr(exc.response, "status_code", None)
+        if status == _THROTTLE_CODE:
+            return Throttled(f"{status} {type(exc).__name__}", _retry_after(exc))
+        refused = refusal(status, str(exc))
+        if refused is not None:
+            return refused
+        if isinstance(exc, gexc.NotFound):
+            return NotFound(str(exc))
         return Transient(f"{status} {type(exc).__name__}") if status in _TRANSIENT_CODES else exc
     # python-storage retries a google-auth TransportError when its cause is
     # retryable; a token that could not be fetched means the request was never

@@ -11,8 +11,11 @@ conditional writes, in the spirit of arrow-rs ``object_store``'s PutMode:
 
 Failures come back as exactly three exceptions a caller reasons about:
 ``AlreadyExists``, ``PreconditionFailed`` and ``NotFound``; everything else a
-backend can throw is either retried (``Transient``) or surfaces as
-``StoreUnavailable`` carrying whether a write may have landed.
+backend can throw is either retried (``Transient``, and its ``Throttled``: a
+refusal for the rate, retried until the deadline) or surfaces as
+``StoreUnavailable`` carrying whether a write may have landed
+(``StoreRefused`` for a 4xx the store answers whatever the retry: nothing
+was changed).
 
 Framing.  Every body a backend stores starts with a header line holding a
 fresh random nonce and the *lineage* of the object: the short tags of the
@@ -74,6 +77,22 @@ class Transient(StoreError):
     """
 
 
+class Throttled(Transient):
+    """The store refused the request for its rate, before applying anything.
+
+    GCS answers 429 ``rateLimitExceeded`` (about one write a second to one
+    object name), S3 503 ``SlowDown`` (per key prefix).  Both are refusals:
+    the request was not applied, so unlike any other ``Transient`` a write
+    refused this way certainly did not land.  ``RetryingStore`` retries it
+    until the deadline (not the attempts), waiting ``retry_after`` seconds
+    when the store said how long (a ``Retry-After`` header).
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class StoreUnavailable(StoreError):
     """The store kept failing past the retry budget, or a write's fate cannot be known.
 
@@ -87,6 +106,39 @@ class StoreUnavailable(StoreError):
     def __init__(self, message: str, outcome_unknown: bool) -> None:
         super().__init__(message)
         self.changed = None if outcome_unknown else False
+
+
+class StoreRefused(StoreUnavailable):
+    """The store refused the request with a 4xx no retry changes (400, 401, 403, 404 of a bucket, 405, 411, 413).
+
+    A refused request was not applied: certainly nothing was changed by it
+    (``outcome_unknown`` is False, and the seam does not count it among
+    ``RetryingStore.writes``).  The message names the refusal and, where
+    known, the limit that was met (a key part too long...).  A subclass of
+    ``StoreUnavailable`` so that every caller handling a failing store
+    handles it too.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, outcome_unknown=False)
+
+
+def http_retry_after(value: object) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date); None when absent or unreadable."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        pass
+    from email.utils import parsedate_to_datetime
+
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
 
 
 # --------------------------------------------------------------------------
@@ -299,12 +351,21 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How long to keep trying: well inside the bridge's 30 s call limit."""
+    """How long to keep trying: well inside the bridge's 30 s call limit.
+
+    ``attempts`` bounds the tries spent on failures whose end nobody knows
+    (timeouts, 5xx, resets); a throttle (``Throttled``) does not spend
+    them: it says when to come back, and is retried until ``deadline``,
+    first after ``throttle_delay`` seconds, doubling up to ``max_delay``
+    (half of each wait jittered), or after the ``Retry-After`` the store
+    sent, never past the deadline.
+    """
 
     attempts: int = 6
     first_delay: float = 0.05
     max_delay: float = 2.0
     deadline: float = 20.0
+    throttle_delay: float = 0.25
 
 
 class RetryingStore:
@@ -318,10 +379,11 @@ class RetryingStore:
 
     ``requests`` counts every backend request; ``writes`` every write that
     landed or may have (all but those the store refused: precondition
-    failed, already exists, not found), so that an operation that fails can
-    tell whether it may have changed something: any write since it began.
-    Requests and retries are also counted in ``metrics`` (by ``label``, the
-    backend's kind, and the wire op being answered), for the exporters.
+    failed, already exists, not found, a 4xx refusal, a throttle), so that
+    an operation that fails can tell whether it may have changed something:
+    any write since it began.  Requests, retries and throttled replies are
+    also counted in ``metrics`` (by ``label``, the backend's kind, and the
+    wire op being answered), for the exporters.
     """
 
     def __init__(self, backend: Backend, policy: RetryPolicy = RetryPolicy(), die_at: int | None = None) -> None:
@@ -347,8 +409,11 @@ class RetryingStore:
         metrics.REQUESTS.inc(self.label, metrics.current_op())
         try:
             result = fn()
-        except (AlreadyExists, PreconditionFailed, NotFound):
+        except (AlreadyExists, PreconditionFailed, NotFound, StoreRefused):
             raise  # refused by the store: nothing changed
+        except Throttled:
+            metrics.THROTTLED.inc(self.label, metrics.current_op())
+            raise  # refused for its rate: nothing changed
         except BaseException:
             self._changed(is_write)  # it may have landed
             raise
@@ -364,12 +429,35 @@ class RetryingStore:
                 self.writes += 1
 
     def _retry(self, fn: Callable[[], T], is_write: bool, what: str) -> T:
+        """``fn`` retried by the policy; when it gives up, StoreUnavailable saying whether a try may have landed.
+
+        A write's fate is unknown only when one of its tries failed in a way
+        that may follow the store applying it; a try refused for the rate
+        (``Throttled``) was not applied.  So a write refused on every try
+        says it certainly did not land.
+        """
+        maybe_landed = [False]
+
+        def tried() -> T:
+            try:
+                return fn()
+            except Throttled:
+                raise
+            except Transient:
+                maybe_landed[0] = True
+                raise
+
         try:
-            return retry_transient(self.policy, fn, self._retried)
+            return retry_transient(self.policy, tried, self._retried)
         except Transient as exc:
             log.debug("gave up on %s: %r", what, exc.__cause__ or exc)
-            state = "; outcome unknown" if is_write else ""
-            raise StoreUnavailable(f"the store kept failing ({what}: {exc}){state}", is_write) from exc
+            unknown = is_write and maybe_landed[0]
+            state = "; outcome unknown" if unknown else ""
+            if isinstance(exc, Throttled) and not maybe_landed[0]:
+                raise StoreUnavailable(
+                    f"the store kept refusing the request for its rate until the deadline ({what}: {exc})", False
+                ) from exc
+            raise StoreUnavailable(f"the store kept failing ({what}: {exc}){state}", unknown) from exc
 
     # -- reads
 
@@ -413,6 +501,8 @@ class RetryingStore:
         def attempt() -> str | None:
             try:
                 return self._request(lambda: self.backend.put(key, raw, mode), is_write=True)
+            except Throttled:
+                raise  # refused before it was applied: not a write that may have landed
             except Transient:
                 maybe_landed[0] = True
                 raise
@@ -466,6 +556,8 @@ class RetryingStore:
             try:
                 self._request(lambda: self.backend.delete(key, version), is_write=True)
                 return True
+            except Throttled:
+                raise  # refused before it was applied
             except Transient:
                 maybe_landed[0] = True
                 raise
@@ -476,19 +568,48 @@ class RetryingStore:
 
 
 def retry_transient(policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable[[], None] | None = None) -> T:
-    """``fn()`` again after each ``Transient``, jittered exponential waits, within the policy's
-    attempts and deadline; the last ``Transient`` is raised as it is.  ``on_retry()`` is
-    called before each wait that another try follows (the seam counts retries by it).
+    """``fn()`` again after each ``Transient`` within the policy's attempts and deadline; the last
+    ``Transient`` is raised as it is.  ``on_retry()`` is called before each wait that another try
+    follows (the seam counts retries by it).
+
+    Waits are jittered and exponential.  A ``Throttled`` try spends none of
+    the attempts: a throttle lasts as long as the writer keeps the rate up
+    (GCS: a second per write to one object; six quick tries end inside it),
+    so throttles are retried until the deadline, after the store's
+    ``Retry-After`` when it sent one, else after a wait of their own that
+    starts at ``throttle_delay`` and doubles; no wait runs past the deadline.
 
     The one retry loop over a backend: the seam's and any tool that talks to a
     backend directly (``admin.migrate`` copies framed bytes) retry alike.
     """
     import tenacity  # lazily: keeps `contract` free of the import
 
+    unsure = [0]  # failed tries that were not throttles: these spend the attempts
+    throttles = [0]
+    backoff = tenacity.wait_random_exponential(multiplier=policy.first_delay, max=policy.max_delay)
+
+    def stop(state: tenacity.RetryCallState) -> bool:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(exc, Throttled):
+            throttles[0] += 1
+        else:
+            unsure[0] += 1
+        return unsure[0] >= policy.attempts or (state.seconds_since_start or 0.0) >= policy.deadline
+
+    def wait(state: tenacity.RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        left = max(0.0, policy.deadline - (state.seconds_since_start or 0.0))
+        if isinstance(exc, Throttled):
+            if exc.retry_after is not None:
+                return min(exc.retry_after, left)
+            step = min(policy.max_delay, policy.throttle_delay * 2.0 ** min(throttles[0] - 1, 16))
+            return min(step / 2 + random.uniform(0, step / 2), left)
+        return min(float(backoff(state)), left)
+
     retrying = tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(Transient),
-        stop=tenacity.stop_after_attempt(policy.attempts) | tenacity.stop_after_delay(policy.deadline),
-        wait=tenacity.wait_random_exponential(multiplier=policy.first_delay, max=policy.max_delay),
+        stop=stop,
+        wait=wait,
         reraise=True,
         before_sleep=None if on_retry is None else (lambda _state: on_retry()),
     )

@@ -146,6 +146,12 @@ RETRIES = counter(
     "Backend requests tried again after a transient failure (timeout, 429, 5xx, reset).",
     ("backend", "op"),
 )
+THROTTLED = counter(
+    "lnk_store_throttled_total",
+    "Backend requests the store refused for its rate (GCS 429 rateLimitExceeded, S3 503 SlowDown), "
+    "each retried until the op's deadline; nothing was applied.",
+    ("backend", "op"),
+)
 OUTCOME_UNKNOWN = counter(
     "lnk_store_outcome_unknown_total",
     "Error replies saying outcome unknown: a write of the op may or may not have landed.",

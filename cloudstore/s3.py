@@ -29,7 +29,19 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .clock import StoreClock, probe_by_reading
-from .generations import AlreadyExists, Create, Listed, NotFound, PreconditionFailed, PutMode, Transient, Update
+from .generations import (
+    AlreadyExists,
+    Create,
+    Listed,
+    NotFound,
+    PreconditionFailed,
+    PutMode,
+    StoreRefused,
+    Throttled,
+    Transient,
+    Update,
+    http_retry_after,
+)
 
 # Error codes retried: botocore's standard retry mode (botocore/retries/standard.py:
 # TransientRetryableChecker._TRANSIENT_ERROR_CODES and ThrottledRetryableChecker.
@@ -46,6 +58,58 @@ _TRANSIENT_CODES = {
     "ConditionalRequestConflict", "RequestTimeTooSkewed", "InternalError", "ServiceUnavailable",
     "OperationAborted", "500", "502", "503", "504",
 }
+
+
+# Codes that say the request was refused for its rate, before it was applied (botocore's
+# ThrottledRetryableChecker._THROTTLED_ERROR_CODES and S3's SlowDown): nothing was written.
+_THROTTLE_CODES = {
+    "Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
+    "TooManyRequestsException", "ProvisionedThroughputExceededException", "TransactionInProgressException",
+    "RequestLimitExceeded", "BandwidthLimitExceeded", "LimitExceededException", "RequestThrottled", "SlowDown",
+    "EC2ThrottledException",
+}
+
+# What a refusal means, by S3 error code, naming the limit where one is known.  The store's
+# own message is not repeated: it may name the bucket or key, which replies never show.
+_REFUSALS = {
+    "KeyTooLongError": "a path part is longer than the store accepts (S3: 1,024 bytes a whole key; "
+                       "MinIO and SeaweedFS: 255 bytes a part)",
+    "EntityTooLarge": "the object is larger than the store accepts (S3: 5 GiB in one PUT)",
+    "MaxMessageLengthExceeded": "the request is larger than the store accepts",
+    "MetadataTooLarge": "the object's metadata is larger than the store accepts (S3: 2 KiB)",
+    "XMinioParentIsObject": "a path names a folder where the store keeps a file of the same name",
+    "ObjectExistsAsPrefix": "a path names a file where the store keeps a folder of the same name",
+    "XMinioObjectExistsAsDirectory": "a path names a file where the store keeps a folder of the same name",
+    "NoSuchBucket": "the bucket does not exist",
+    "AccessDenied": "the driver's credentials may not do this here",
+    "AllAccessDisabled": "all access to the bucket is disabled",
+    "InvalidAccessKeyId": "the driver's credentials are not known to the store",
+    "SignatureDoesNotMatch": "the driver's credentials were not accepted",
+    "ExpiredToken": "the driver's credentials have expired",
+    "MethodNotAllowed": "the store does not allow this method here",
+    "MissingContentLength": "the store wants the request's length first",
+    "NotImplemented": "the store does not implement this request",
+}
+_REFUSED_STATUS = {
+    400: "the store judged the request malformed", 401: "the driver's credentials were not accepted",
+    403: "the driver's credentials may not do this here", 405: "the store does not allow this method here",
+    411: "the store wants the request's length first", 413: "the request is larger than the store accepts",
+    414: "the request's address is longer than the store accepts",
+}
+# 4xx statuses that are not refusals of this kind: absent (404), a race or a timeout (408, 409),
+# a precondition (412), an unsatisfiable range (416), a throttle (429).
+_NOT_REFUSALS = {404, 408, 409, 412, 416, 429}
+
+
+def refusal(status: int, code: str) -> StoreRefused | None:
+    """A 4xx reply (or NoSuchBucket's 404) the store gives whatever the retry, as ``StoreRefused``; else None.
+
+    The request was not applied: nothing was changed, and the reply says so.
+    """
+    if code in _REFUSALS or (400 <= status < 500 and status not in _NOT_REFUSALS):
+        meaning = _REFUSALS.get(code) or _REFUSED_STATUS.get(status, "the store refused it")
+        return StoreRefused(f"the store refused the request ({status} {code or 'error'}): {meaning}")
+    return None
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -76,7 +140,13 @@ def _transport_errors() -> tuple[type[BaseException], ...]:
 
 
 def _classify(exc: Exception, creating: bool = False, updating: bool = False) -> Exception:
-    """Map a botocore error onto the seam's vocabulary."""
+    """Map a botocore error onto the seam's vocabulary.
+
+    A throttle (503 ``SlowDown``, 429...) is ``Throttled``: refused, not
+    applied, retried until the deadline.  A 4xx refusal (400, 403, 404 of
+    the bucket, 405, 411, 413...) is ``StoreRefused``: nothing was changed,
+    never ``outcome unknown``.
+    """
     from botocore import exceptions as bexc
 
     if isinstance(exc, bexc.ClientError):
@@ -85,9 +155,15 @@ def _classify(exc: Exception, creating: bool = False, updating: bool = False) ->
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
         if code == "PreconditionFailed" or status == 412:
             return AlreadyExists(code) if creating else PreconditionFailed(code)
+        if code in _THROTTLE_CODES or status == 429:
+            headers = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}) or {}
+            return Throttled(f"{status} {code}", http_retry_after(headers.get("retry-after")))
+        refused = refusal(status, code)
+        if refused is not None and code not in _TRANSIENT_CODES:
+            return refused
         if code in ("NoSuchKey", "404", "NotFound") or status == 404:
             return PreconditionFailed(code) if updating else NotFound(code)
-        if code in _TRANSIENT_CODES or status == 409 or status == 429 or status >= 500:
+        if code in _TRANSIENT_CODES or status == 409 or status >= 500:
             return Transient(f"{status} {code}")
         return exc  # type: ignore[no-any-return]  # botocore is untyped: narrowed to Any
     if isinstance(exc, _transport_errors()):
