@@ -19,6 +19,14 @@ crash before the record leaves only an early wake-up and an entry the index
 deletes after ``GRACE``.  A change taking a job out of waiting writes the
 mark first too: the mark moves whenever waiting changed, crash or not (and
 sometimes when it did not, which the contract allows).
+
+A record is read back from a bucket other agents share, so it is believed
+only as far as its own key allows (stored.py): its jobs must be of its own
+id, and its waiting entry, the one key the driver deletes on a record's
+word, must be a due-index key of this agent's this job (``keys.is_due_entry_of``)
+before anything is deleted or written.  A record that is not one this driver
+writes makes that op answer an error naming the job record; the due index,
+read for every agent, takes such a record for no waiting job at all.
 """
 
 from __future__ import annotations
@@ -28,11 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import wake
+from . import stored, wake
 from .due_index import DueEntry, DueIndex
 from .generations import Listed, NotFound, Object, PreconditionFailed, StoreError, entropy
+from .keys import AgentKeys, is_due_entry_of
 from .space import KEEP, Space
-from .validate import Agent, compact
+from .validate import PLACES, Agent, compact
 
 WAITING = "waiting"
 FIRING = "firing"
@@ -40,6 +49,9 @@ T = TypeVar("T")
 #: How long a record left with no place stays as a tombstone before a listing deletes it: far past
 #: any write that could still land late (requests time out in seconds), so none can bring a job back.
 TOMBSTONE_MS = 3600 * 1000
+
+
+RECORD = "job record"
 
 
 def _places(record: dict[str, Any] | None) -> dict[str, Any]:
@@ -53,9 +65,70 @@ def _emptied(record: dict[str, Any] | None) -> int | None:
     return int(record.get("emptied", 0))
 
 
+def _job(value: Any) -> dict[str, Any]:
+    """A job as a record holds it: ``{"id", "spec", "due"}``, its due a finite number."""
+    job = stored.obj(value, RECORD, "a job")
+    stored.expect(set(job) == {"id", "spec", "due"}, RECORD, "a job is not {id, spec, due}")
+    stored.text(job["id"], RECORD, "a job's id")
+    stored.finite(job["due"], RECORD, "a job's due")
+    return job
+
+
+def checked(keys: AgentKeys, key: str | None, record: Any) -> dict[str, Any] | None:
+    """The record stored at ``key`` (one of ``keys``' job records), as this driver writes them;
+    ``stored.Malformed`` otherwise.
+
+    Every job in it must be of the record's own id (``keys.job(id) == key``), and
+    a waiting place's entry a due-index key of this agent's this job: the
+    driver deletes that key when the job leaves waiting, so an entry naming
+    anything else (another agent's file, another job's entry) is never believed.
+    With ``key`` None (a listing, which checks ids against keys itself: ``_kept``),
+    its jobs must be of one id.
+    """
+    if record is None:
+        return None
+    stored.obj(record, RECORD)
+    stored.expect(set(record) <= {"places", "emptied"}, RECORD, "it holds fields no driver writes")
+    places = stored.obj(record.get("places", {}), RECORD, "its places")
+    if "emptied" in record:
+        stored.count(record["emptied"], RECORD, "its emptied time")
+    ids = set()
+    for place, held in places.items():
+        stored.expect(place in PLACES, RECORD, "it names a place that is none of the contract's")
+        stored.obj(held, RECORD, "a place")
+        stored.expect(set(held) <= {"job", "entry"} and "job" in held, RECORD, "a place is not {job, entry}")
+        job = _job(held["job"])
+        ids.add(job["id"])
+        stored.expect(len(ids) == 1 and (key is None or keys.job(job["id"]) == key), RECORD,
+                      "it holds a job of another id")
+        entry = held.get("entry")
+        if entry is not None:
+            stored.expect(place == WAITING, RECORD, "a place other than waiting names a due entry")
+            stored.expect(is_due_entry_of(keys.root, keys, job["id"], entry), RECORD,
+                          "its due entry is not a key of this agent's own job in the due index")
+    return record  # type: ignore[no-any-return]
+
+
 def waiting_of(record: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The waiting entry of a job record, for the due index."""
-    return _places(record).get(WAITING)
+    """The waiting entry of a job record, for the due index (read for every agent of the store).
+
+    A record that is not one this driver writes, or whose waiting job's due
+    is no finite number, holds no waiting job as far as the index is
+    concerned: never an error in another agent's ``job_next``.  (The index
+    compares the entry with the key it listed, and derives the record's key
+    from that key, so the record is this entry's agent's.)
+    """
+    if not isinstance(record, dict):
+        return None
+    places = record.get("places")
+    waiting = places.get(WAITING) if isinstance(places, dict) else None
+    if not isinstance(waiting, dict) or not isinstance(waiting.get("entry"), str):
+        return None
+    try:
+        _job(waiting.get("job"))
+    except stored.Malformed:
+        return None
+    return waiting
 
 
 @dataclass(frozen=True)
@@ -115,6 +188,20 @@ class Jobs:
                 except (PreconditionFailed, NotFound, StoreError):
                     pass  # changed meanwhile, gone, or the store is failing: the next listing tries again
 
+    def _drop(self, keys: AgentKeys, job_id: str, held: dict[str, Any]) -> None:
+        """Delete the due entry a waiting place named, only if it is this agent's this job's.
+
+        Every record is ``checked`` before it gets here; this is the last word
+        before a key named in a stored object is deleted, so it checks again:
+        ``DueIndex.drop`` deletes whatever key it is given.
+        """
+        entry = held.get("entry")
+        if entry is None:
+            return
+        if not is_due_entry_of(self.space.root, keys, job_id, entry):
+            raise stored.Malformed(RECORD, "its due entry is not a key of this agent's own job in the due index")
+        self.index.drop(entry)
+
     def put(self, agent: Agent, place: str, job: dict[str, Any]) -> None:
         keys = self.space.keys(agent)
         entry = None
@@ -122,34 +209,50 @@ class Jobs:
             entry = self.index.add(keys, job["id"], job["due"])
             self._bump_mark(agent)
 
+        key = keys.job(job["id"])
+
         def change(record: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
-            places = _places(record)
+            places = _places(checked(keys, key, record))
             old = places.get(place)
             places[place] = {"job": job, "entry": entry} if entry else {"job": job}
             return {"places": places}, old
 
         # A put is most often of a new job id: its record is created without a read first (a
         # record already there costs the refused create, then the usual read and write).
-        old = self.space.update(keys.job(job["id"]), change, cached=True, absent=True)
+        try:
+            old = self.space.update(key, change, cached=True, absent=True)
+        except stored.Malformed:
+            self.index.drop(entry)  # our own fresh entry (None outside waiting): no record will name it
+            raise
         if place == WAITING:
             if old is not None:
-                self.index.drop(old.get("entry"))
+                self._drop(keys, job["id"], old)
             self.nudge(wake.encode_name(agent.wire(), job["id"], job["due"]))
 
+    def _read(self, keys: AgentKeys, key: str, remember: bool = False) -> dict[str, Any] | None:
+        """The job record at ``key``, checked (``checked``)."""
+        try:
+            _, record = self.space.get_json(key, remember=remember)
+        except ValueError:  # not JSON at all (json.JSONDecodeError, or bytes that are no UTF-8)
+            raise stored.Malformed(RECORD, "it is not JSON") from None
+        return checked(keys, key, record)
+
     def get(self, agent: Agent, place: str, job_id: str) -> dict[str, Any] | None:
-        _, record = self.space.get_json(self.space.keys(agent).job(job_id))
+        keys = self.space.keys(agent)
+        record = self._read(keys, keys.job(job_id))
         entry = _places(record).get(place)
         return None if entry is None else entry["job"]
 
     def remove(self, agent: Agent, place: str, job_id: str) -> bool:
-        key = self.space.keys(agent).job(job_id)
+        keys = self.space.keys(agent)
+        key = keys.job(job_id)
         if place == WAITING:
             self._bump_mark(agent)
 
         now = self.space.store.clock.now_ms()
 
         def change(record: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
-            places = _places(record)
+            places = _places(checked(keys, key, record))
             if place not in places:
                 return KEEP, None
             old = places.pop(place)
@@ -161,7 +264,7 @@ class Jobs:
         if old is None:
             return False
         if place == WAITING:
-            self.index.drop(old.get("entry"))
+            self._drop(keys, job_id, old)
         return True
 
     def shift(self, agent: Agent, job_id: str, source: str, target: str) -> bool:
@@ -187,14 +290,14 @@ class Jobs:
         elif source == WAITING:
             # Read first: a shift finding nothing in waiting (a claim a moment too late) answers
             # at once, without moving the mark; the update below starts from this read.
-            _, record = self.space.get_json(key, remember=True)
+            record = self._read(keys, key, remember=True)
             if source not in _places(record):
                 return None
         if WAITING in (source, target):
             self._bump_mark(agent)
 
         def change(record: dict[str, Any] | None) -> tuple[Any, tuple[dict[str, Any], dict[str, Any] | None] | None]:
-            places = _places(record)
+            places = _places(checked(keys, key, record))
             if source not in places:
                 return KEEP, None
             moved = places.pop(source)
@@ -204,7 +307,11 @@ class Jobs:
             places[target] = {"job": moved["job"], "entry": entry} if entry else {"job": moved["job"]}
             return {"places": places}, (moved, replaced)
 
-        outcome = self.space.update(key, change, cached=True)
+        try:
+            outcome = self.space.update(key, change, cached=True)
+        except stored.Malformed:
+            self.index.drop(entry)  # our own fresh entry, if any: no record names it
+            raise
         if outcome is None:
             self.index.drop(entry)
             if entry is not None and self.get(agent, source, job_id) is not None:
@@ -212,9 +319,9 @@ class Jobs:
             return None
         moved, replaced = outcome
         if source == WAITING:
-            self.index.drop(moved.get("entry"))
+            self._drop(keys, job_id, moved)
         if target == WAITING and replaced is not None:
-            self.index.drop(replaced.get("entry"))
+            self._drop(keys, job_id, replaced)
         job: dict[str, Any] = moved["job"]
         if target == WAITING:
             self.nudge(wake.encode_name(agent.wire(), job_id, job["due"]))
@@ -240,9 +347,10 @@ class Jobs:
         entry, which no answer depends on (an entry no record names is
         already a crash's leftover the index tolerates).
         """
-        key = self.space.keys(agent).job(job_id)
-        lease, (_, record), _ = self.space.at_once(
-            take, lambda: self.space.get_json(key, remember=True), lambda: self._bump_mark(agent))
+        keys = self.space.keys(agent)
+        key = keys.job(job_id)
+        lease, record, _ = self.space.at_once(
+            take, lambda: self._read(keys, key, remember=True), lambda: self._bump_mark(agent))
         took, holder = lease
         if took == "held":
             return Claimed(took, holder, None)
@@ -251,7 +359,7 @@ class Jobs:
             return Claimed(took, None, places[FIRING]["job"], recovered=True)
 
         def change(record: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
-            places = _places(record)
+            places = _places(checked(keys, key, record))
             moved = places.get(WAITING)
             if moved is None or float(moved["job"]["due"]) > not_after:
                 return KEEP, None
@@ -263,20 +371,29 @@ class Jobs:
         if moved is None:
             self.space.defer(release)
             return Claimed(took, None, None)
-        self.space.defer(lambda: self.index.drop(moved.get("entry")))
+        self.space.defer(lambda: self._drop(keys, job_id, moved))
         return Claimed(took, None, moved["job"])
 
     def _kept(self, agent: Agent, kind: str, keep: Callable[[dict[str, Any]], T], absent: T) -> list[T]:
         """What ``keep`` takes of each of the agent's job records (read, or remembered by version);
         records left empty for over TOMBSTONE_MS are swept on the way."""
-        def parse(obj: Object) -> tuple[T, int | None]:
-            record = json.loads(obj.data)
-            return keep(record), _emptied(record)
+        keys = self.space.keys(agent)
 
-        listed = self.space.store.list(self.space.keys(agent).jobs())
-        values = [v or (absent, None) for v in self.space.listed_values(listed, parse, kind=kind)]
-        self._sweep(listed, [emptied for _, emptied in values])
-        return [kept for kept, _ in values]
+        def parse(obj: Object) -> tuple[T, int | None, str | None]:
+            try:
+                record = checked(keys, None, json.loads(obj.data))
+            except ValueError:
+                raise stored.Malformed(RECORD, "it is not JSON") from None
+            ids = {held["job"]["id"] for held in _places(record).values()}
+            return keep(record), _emptied(record), next(iter(ids), None)  # type: ignore[arg-type]
+
+        # Only keys a job record can have (one part below j/): anything else there is no job of this agent's.
+        listed = [item for item in self.space.store.list(keys.jobs()) if "/" not in item.key[len(keys.jobs()):]]
+        values = [v or (absent, None, None) for v in self.space.listed_values(listed, parse, kind=kind)]
+        for item, (_, _, job_id) in zip(listed, values, strict=True):
+            stored.expect(job_id is None or keys.job(job_id) == item.key, RECORD, "it holds a job of another id")
+        self._sweep(listed, [emptied for _, emptied, _ in values])
+        return [kept for kept, _, _ in values]
 
     def listing(self, agent: Agent, place: str) -> list[dict[str, Any]]:
         """The jobs in ``place``: only that place's job of each record is kept."""
@@ -300,12 +417,28 @@ class Jobs:
         return self.index.entries(waiting_of, limit, after)
 
     def mark(self, agent: Agent) -> int:
-        _, value = self.space.get_json(self.space.keys(agent).mark(), remember=True)
-        return 0 if value is None else int(value["mark"])
+        value = self._small(self.space.keys(agent).mark(), "job mark")
+        if value is None:
+            return 0
+        stored.expect(set(value) == {"mark"}, "job mark", "it is not {mark}")
+        return stored.count(value["mark"], "job mark", "the mark")
 
     def day(self, agent: Agent) -> tuple[int, int]:
-        _, value = self.space.get_json(self.space.keys(agent).day(), remember=True)
-        return (0, 0) if value is None else (int(value["day"]), int(value["sent"]))
+        value = self._small(self.space.keys(agent).day(), "job day")
+        if value is None:
+            return (0, 0)
+        stored.expect(set(value) == {"day", "sent"}, "job day", "it is not {day, sent}")
+        unbounded = 10**4300  # job_set_day takes any integer from 0 (wire.md): only the type is checked
+        return (stored.count(value["day"], "job day", "the day", maximum=unbounded),
+                stored.count(value["sent"], "job day", "sent", maximum=unbounded))
+
+    def _small(self, key: str, kind: str) -> dict[str, Any] | None:
+        """The mark or the day record: a JSON object, remembered for the next write."""
+        try:
+            _, value = self.space.get_json(key, remember=True)
+        except ValueError:
+            raise stored.Malformed(kind, "it is not JSON") from None
+        return None if value is None else stored.obj(value, kind)
 
     def set_day(self, agent: Agent, day: int, sent: int) -> None:
         """Conditional on the record read, so a write landing late cannot undo a newer one."""

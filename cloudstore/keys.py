@@ -281,6 +281,34 @@ def due_record(root: str, entry: str) -> str:
     return _agent_base(root, f"{owner}/{agent_id}") + _JOBS + job
 
 
+def is_due_entry_of(root: str, agent: AgentKeys, job_id: str, entry: object) -> bool:
+    """Whether ``entry`` is a due-index key of THIS agent's THIS job, as ``due_entry`` makes them.
+
+    A job record names its entry by its whole key, and the driver deletes
+    that key when the job leaves waiting: a record that named anything else
+    (another agent's file, another job's entry) would make it delete that.
+    So the entry is checked part by part against the key the record's own
+    agent and job id give: the index root, 16 hex digits of a due, this
+    agent's owner/id, this job's id part, and a nonce of 32 hex digits.
+    """
+    return is_due_entry_of_part(root, agent.due_token(), name_part(job_id), entry)
+
+
+def is_due_entry_of_part(root: str, token: str, job_part: str, entry: object) -> bool:
+    """``is_due_entry_of`` from key parts (the agent's ``due_token`` and the job's id part), for tools
+    that walk a store by its keys and cannot always name the agent or the job (hashed parts)."""
+    prefix = due_root(root)
+    if not isinstance(entry, str) or not entry.startswith(prefix):
+        return False
+    parts = entry[len(prefix):].split("/")
+    if len(parts) != 5:
+        return False
+    due, owner, agent_id, job, nonce = parts
+    return (len(due) == 16 and all(c in _HEX for c in due) and f"{owner}/{agent_id}" == token
+            and job == job_part and len(nonce) == 32 and all(c in _HEX for c in nonce))
+
+
+_HEX = frozenset("0123456789abcdef")
 _JOBS = "j/"
 
 

@@ -25,6 +25,15 @@ nonce and lineage (deterministic, so a resumed run still finds it equal).
 Listing times are not carried (a backend sets its own): the only reader of
 them is the due index's grace for entries no record names, which restarts.
 
+Hostile records.  A job record's entry is the one key a driver deletes on a
+stored object's word, so a record whose entry is not a due-index key of its
+own agent's own job (a bug's, an old version's, or a machine's with bucket
+credentials: one naming another agent's file, say) is not copied: it is named
+as refused, and the run fails (exit 1) after copying everything else, so an
+operator decides what that job should be.  Drivers refuse such a record too
+(``jobs.checked``); migrate must not carry it into a store where some other
+code might believe it.
+
 The marker.  A non-empty destination is refused, unless ``--force`` or it is
 a migration of the same source being resumed: the first run writes
 ``<dst prefix>_admin/migrate`` naming the source before copying anything, and
@@ -60,7 +69,7 @@ from ..generations import (
     retry_transient,
     unframe,
 )
-from ..keys import due_root
+from ..keys import due_root, is_due_entry_of_part
 from ..validate import compact
 from .progress import Progress
 from .verify import compare
@@ -135,6 +144,28 @@ def translator(src_root: str, dst_root: str) -> Callable[[Key, bytes], bytes]:
     return translate
 
 
+def refusal(root: str, key: Key, raw: bytes) -> str | None:
+    """Why a source object must not be copied as it is (None: copy it): a job record naming, as its due
+    entry, any key but one of its own agent's own job in the source's due index."""
+    if key.kind != "job" or key.agent is None:
+        return None
+    _, _, payload = unframe(raw)
+    try:
+        record = json.loads(payload)
+    except ValueError:
+        return None  # no JSON: names no key (the drivers answer it as a malformed job record)
+    places = record.get("places") if isinstance(record, dict) else None
+    if not isinstance(places, dict):
+        return None
+    token, job_part = f"{key.agent[0]}/{key.agent[1]}", key.parts[4]
+    for place, held in places.items():
+        entry = held.get("entry") if isinstance(held, dict) else None
+        if entry is not None and not is_due_entry_of_part(root, token, job_part, entry):
+            return (f"the job record {key.rel} names, in its {str(place)[:20]!r} place, a due entry that is not "
+                    "a key of its own job; not copied")
+    return None
+
+
 def expectation(src: Opened, dst: Opened, src_keys: list[Key]) -> Callable[[Key], bytes | None]:
     """For a destination key, the bytes it must hold: its source object's, translated (None: no source)."""
     by_rel = {k.rel: k for k in src_keys}
@@ -159,6 +190,7 @@ class Summary:
     equal: int = 0
     overwritten: int = 0
     conflicts: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # why each source object was not copied (``refusal``)
     vanished: int = 0
     extra: int = 0
     bytes: int = 0
@@ -170,14 +202,15 @@ class Summary:
 
     @property
     def ok(self) -> bool:
-        return not self.conflicts and not self.problems
+        return not self.conflicts and not self.problems and not self.refused
 
     def as_dict(self) -> dict:
         rate = self.objects / self.seconds if self.seconds > 0 else 0.0
         return {
             "source": self.source, "destination": self.destination, "resumed": self.resumed,
             "objects": self.objects, "copied": self.copied, "already_equal": self.equal,
-            "overwritten": self.overwritten, "conflicts": len(self.conflicts), "vanished": self.vanished,
+            "overwritten": self.overwritten, "conflicts": len(self.conflicts),
+            "refused": len(self.refused), "vanished": self.vanished,
             "extra_in_destination": self.extra, "bytes": self.bytes, "seconds": round(self.seconds, 3),
             "objects_per_second": round(rate, 1), "verify_seconds": round(self.verify_seconds, 3),
             "agents_compared": self.agents_compared, "mismatches": len(self.problems), "ok": self.ok,
@@ -242,6 +275,10 @@ def migrate(src_url: str, dst_url: str, force: bool = False, workers: int = WORK
         raw = src_raw.get(key.key)
         if raw is None:
             return "vanished", 0, key.rel
+        why = refusal(src.root, key, raw)
+        if why is not None:
+            progress.add(1, 0)
+            return "refused", 0, why
         want = translate(key, raw)
         target = dst.root + key.rel
         if key.rel not in present and dst_raw.create(target, want):
@@ -274,12 +311,16 @@ def migrate(src_url: str, dst_url: str, force: bool = False, workers: int = WORK
             summary.equal += 1
         elif outcome == "vanished":
             summary.vanished += 1
+        elif outcome == "refused":
+            summary.refused.append(rel)
         else:
             summary.conflicts.append(rel)
     progress.close()
     summary.seconds = time.monotonic() - started
     for rel in summary.conflicts:
         log(f"conflict: {rel} differs in the destination (kept; --force overwrites)")
+    for why in summary.refused:
+        log(f"refused: {why}")
 
     log("verifying through the drivers' ops on both sides")
     began = time.monotonic()
@@ -318,4 +359,7 @@ def text(summary: Summary) -> str:
     ]
     if d["conflicts"]:
         lines.append("FAILED: conflicting objects in the destination")
+    if summary.refused:
+        lines.append(f"FAILED: {len(summary.refused)} objects refused, not copied:")
+        lines.extend(f"  {why}" for why in summary.refused)
     return "\n".join(lines)
