@@ -22,11 +22,19 @@ Never late, sometimes early:
   Its age is judged in the store's time both ways (the listing's timestamp
   against the store's clock as this process knows it, clock.py), so a
   machine whose clock runs ahead cannot take a new entry for a stale one.
+
+The index is shared by every agent of the store, so nothing in it is trusted
+beyond what its key may say.  A due becomes a key only within ``DUE_MAX``
+(validate.py refuses a waiting due past it before anything is written); a key
+this layout did not write, or one whose due is out of that range (a stray
+object, an old version's ``10**400``), is foreign garbage: every reader skips
+it, for everyone, ``inspect`` shows it and ``gc`` reclaims it, and it is never
+an error in anyone's reply.
 """
 
 from __future__ import annotations
 
-import math
+import re
 import struct
 import time
 from collections.abc import Callable
@@ -36,12 +44,16 @@ from typing import Any
 from .generations import NotFound, Overwrite, new_nonce
 from .keys import AgentKeys, decode_part, due_entry, due_record, due_root, is_hashed
 from .space import Space
+from .validate import WAITING_DUE_RULE, RequestError, due_in_range
 
 GRACE = 60.0
 LOOK = 16  # entries listed per round
 ROUNDS = 8  # rounds of stale entries deleted before answering
 CONFIRMED_FOR = 30.0  # an old due entry found live is not read again for this long (monotonic seconds)
 CONFIRMED_MAX = 4096  # entries remembered as confirmed, at most
+VERIFY_MAX = 8  # record reads at most per ``entries`` call: a backlog of old entries costs no read storm
+SKIP_LOOK = 1000  # entries listed per round once a round found only foreign garbage to skip
+_SORTABLE = re.compile(r"[0-9a-f]{16}")
 
 
 @dataclass(frozen=True)
@@ -62,11 +74,13 @@ class DueEntry:
 
 
 def sortable(due: Any) -> str:
-    """16 hex digits whose byte order is the numeric order of ``due`` (IEEE-754 trick)."""
-    try:
-        value = float(due)
-    except OverflowError:
-        value = math.inf if due > 0 else -math.inf
+    """16 hex digits whose byte order is the numeric order of ``due`` (IEEE-754 trick).
+
+    Only for a due within range (``due_in_range``): callers validate first, so
+    no key is ever written for an infinity or a number no double holds."""
+    if not due_in_range(due):
+        raise RequestError(WAITING_DUE_RULE)
+    value = float(due)
     bits = struct.unpack(">Q", struct.pack(">d", value))[0]
     bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits >> 63 else bits | (1 << 63)
     return f"{bits:016x}"
@@ -89,7 +103,10 @@ class DueIndex:
         self._confirmed: dict[str, float] = {}
 
     def add(self, keys: AgentKeys, job_id: str, due: Any) -> str:
-        """Write a fresh entry for a job about to be put in waiting; its key."""
+        """Write a fresh entry for a job about to be put in waiting; its key.
+
+        A due out of range (a job put in ending with ``2**70``, shifted to
+        waiting) is refused here, before anything of the op is written."""
         key = due_entry(self.space.root, sortable(due), keys, job_id, new_nonce())
         self.space.store.put(key, b"", Overwrite())
         return key
@@ -109,7 +126,9 @@ class DueIndex:
 
         One listing, and a record read only for an entry that is both due and
         older than ``GRACE`` (a crash's leftover looks like that): it is kept
-        when its record still names it, deleted otherwise.  A live one is not
+        when its record still names it, deleted otherwise; at most
+        ``VERIFY_MAX`` such reads a call, so a backlog of another agent's old
+        entries costs a poll no more than that (``gc`` reclaims the rest).  A live one is not
         read again for ``CONFIRMED_FOR`` seconds, so a job nobody fires (its
         agent's runners are down) does not cost every poll a read.  Any other
         entry is answered as listed: at worst an early wake-up, never a late one.
@@ -117,11 +136,14 @@ class DueIndex:
         listed = self.space.store.list(self.root, start_after=self.root + after if after else None, limit=limit)
         found: list[DueEntry] = []
         now_store = self.space.store.clock.now()
+        reads = 0
         for item in listed:
-            entry = _parse(item.key[len(self.root):])
+            entry = parse_entry(item.key[len(self.root):])
             if entry is None:
                 continue
-            if entry.due <= now_store and now_store - item.modified >= GRACE and not self._still_confirmed(item.key):
+            if (reads < VERIFY_MAX and entry.due <= now_store and now_store - item.modified >= GRACE
+                    and not self._still_confirmed(item.key)):
+                reads += 1
                 _, record = self.space.get_json(self._record_key(item.key))
                 waiting = waiting_of(record)
                 if waiting is None or waiting.get("entry") != item.key:
@@ -147,42 +169,61 @@ class DueIndex:
         """The soonest due of any agent's waiting job, or None.
 
         ``waiting_of`` takes a job record (parsed JSON or None) and returns
-        its waiting entry ``{"job", "entry"}`` or None.
+        its waiting entry ``{"job", "entry"}`` or None.  Foreign garbage (a key
+        this layout did not write, a due out of range in the key or in the
+        record) is passed over, never deleted here and never answered.
         """
+        after: str | None = None
+        look = LOOK
         for _ in range(ROUNDS):
-            listed = self.space.store.list(self.root, limit=LOOK)
+            listed = self.space.store.list(self.root, start_after=after, limit=look)
             if not listed:
                 return None
             dropped = False
             for item in listed:
+                entry = parse_entry(item.key[len(self.root):])
+                if entry is None:
+                    continue
                 _, record = self.space.get_json(self._record_key(item.key))
                 waiting = waiting_of(record)
                 if waiting is not None and waiting.get("entry") == item.key:
-                    return waiting["job"]["due"]
+                    due = waiting["job"].get("due") if isinstance(waiting.get("job"), dict) else None
+                    if due_in_range(due):
+                        return due
+                    continue  # a record no validated write made: garbage, passed over
                 if self.space.store.clock.now() - item.modified < GRACE:
-                    early = unsortable(item.key[len(self.root):].split("/", 1)[0])
-                    if math.isfinite(early):
-                        return early
-                    continue
+                    return entry.due
                 self.drop(item.key)
                 dropped = True
-            if not dropped:
+            if len(listed) < look:
                 return None
-        # Still only stale entries after ROUNDS rounds: answer the first as an
-        # early wake-up; the next call goes on deleting.
-        first = self.space.store.list(self.root, limit=1)
-        return unsortable(first[0].key[len(self.root):].split("/", 1)[0]) if first else None
+            if dropped:
+                after, look = None, LOOK  # the front changed: look at it again
+            else:
+                after, look = listed[-1].key, SKIP_LOOK
+        # Still only stale entries or garbage after ROUNDS rounds: answer the next real entry as an
+        # early wake-up (never late); the next call goes on deleting.
+        for item in self.space.store.list(self.root, start_after=after, limit=SKIP_LOOK):
+            entry = parse_entry(item.key[len(self.root):])
+            if entry is not None:
+                return entry.due
+        return None
 
 
-def _parse(rest: str) -> DueEntry | None:
-    """A key below the index root as an entry; None for a key this layout did not write."""
+def parse_entry(rest: str) -> DueEntry | None:
+    """A key below the index root as an entry; None for foreign garbage: a key this layout did not
+    write, or a due out of range (``validate.DUE_MAX``)."""
     parts = rest.split("/")
     if len(parts) != 5:
         return None
     sortable_due, owner, agent_id, job, _nonce = parts
+    if not _SORTABLE.fullmatch(sortable_due):
+        return None
     try:
         due = unsortable(sortable_due)
         name = None if is_hashed(job) else decode_part(job)
     except (ValueError, AssertionError, UnicodeDecodeError):
+        return None
+    if not due_in_range(due):
         return None
     return DueEntry(key=rest, due=due, agent=f"{owner}/{agent_id}", job=name)

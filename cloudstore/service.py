@@ -168,6 +168,8 @@ class Service:
 
     def op_job_put(self, req: dict, agent: v.Agent) -> Reply:
         place, job = v.place(req), v.job(req)
+        if place == "waiting":
+            v.waiting_due(job)
         self.jobs.put(agent, place, job)
         return {"reply": "done"}
 

@@ -26,6 +26,11 @@ PATH_MAX = 1_024
 JOB_ID_MAX = 256
 TOOLS_MAX = 256
 VERSION_MAX = 2**53 - 1
+#: A waiting job's due becomes a key of the store's shared due index (due_index.py), so it lies
+#: within +-DUE_MAX seconds of 1970 (2**53 - 1: about 285 million years, every such integer exact
+#: as a double, so the keys' order is the dues' order).  Firing and ending keep any number.
+DUE_MAX = 2**53 - 1
+WAITING_DUE_RULE = f"a waiting job's 'due' must lie within -{DUE_MAX} and {DUE_MAX} (seconds since 1970)"
 PLACES = ("waiting", "firing", "ending")
 FILE_ROOTS = ("instructions", "skills")
 
@@ -221,6 +226,24 @@ def job(req: dict[str, Any]) -> dict[str, Any]:
     if not (is_int(due) or isinstance(due, float)):
         raise RequestError("'job.due' must be a number (seconds since 1970)")
     return {"id": value["id"], "spec": value["spec"], "due": due}
+
+
+def waiting_due(job: dict[str, Any]) -> dict[str, Any]:
+    """``job``, checked as a job put in waiting: its due becomes an index key (``DUE_MAX``)."""
+    if not due_in_range(job["due"]):
+        raise RequestError(WAITING_DUE_RULE)
+    return job
+
+
+def due_in_range(due: Any) -> bool:
+    """Whether ``due`` may become a due index key: an int or a finite double within +-``DUE_MAX``.
+
+    Compared without converting an int to a double (``10**400`` overflows one)."""
+    if isinstance(due, bool) or not isinstance(due, (int, float)):
+        return False
+    if isinstance(due, float) and not math.isfinite(due):
+        return False
+    return -DUE_MAX <= due <= DUE_MAX
 
 
 def file_path(value: Any, name: str = "path", folder: bool = False) -> str:

@@ -46,10 +46,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..conversations import Conversations
-from ..due_index import GRACE
+from ..due_index import GRACE, parse_entry
 from ..generations import Create, NotFound, PreconditionFailed, StoreError, Update, new_nonce
 from ..heads import epoch_of
-from ..keys import conversation_key, name_part
+from ..keys import conversation_key, due_root, name_part
 from ..removal import FENCE, PURGE_AFTER_MS
 from ..space import KEEP, Contention
 from .inspect import named_entry, record_key, tombstone_head
@@ -75,7 +75,7 @@ class Policy:
 class Doomed:
     """One object judged dead: which version, of what kind, and why."""
 
-    kind: str  # "lease-tombstone", "due-orphan", "dead-epoch"
+    kind: str  # "lease-tombstone", "due-orphan", "due-foreign", "dead-epoch"
     key: str
     version: str | None
     why: str
@@ -145,7 +145,14 @@ def judge(opened: Opened, policy: Policy | None = None) -> Plan:
 
 
 def _judge_due(opened: Opened, keys: list[Key], now: float, policy: Policy, plan: Plan) -> None:
-    entries = [k for k in keys if k.kind == "due"]
+    root = due_root(opened.root)
+    listed = [k for k in keys if k.kind == "due"]
+    entries = [k for k in listed if parse_entry(k.key[len(root):]) is not None]
+    for k in listed:
+        if k not in entries and now - k.modified >= policy.grace and k.version is not None:
+            plan.doomed.append(Doomed("due-foreign", k.key, k.version,
+                                      "not an entry this layout writes (unparsable, or a due out of range), "
+                                      f"{now - k.modified:.0f} s old", needs_conditional=False))
     old = [k for k in entries if now - k.modified >= policy.grace]
     records = sorted({record_key(opened.root, k.key) for k in old})
     named = dict(zip(records, parallel(lambda r: named_entry(opened, r), records), strict=True))

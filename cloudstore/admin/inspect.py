@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from collections import defaultdict
 from typing import Any
 
-from ..due_index import GRACE, unsortable
+from ..due_index import GRACE, DueEntry, parse_entry
 from ..heads import has_lease
 from ..keys import due_record, due_root
 from .walk import KINDS, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel
@@ -69,7 +70,7 @@ def _agent_report(opened: Opened, agent: ListedAgent, keys: list[Key], lapse_ms:
     jobs: dict[str, Any] = {}
     for place in PLACES:
         listed = opened.op(name, "job_list", place=place)["jobs"]
-        dues = [j["due"] for j in listed]
+        dues = [j["due"] for j in listed if _finite_number(j.get("due"))]
         jobs[place] = {"count": len(listed), "soonest": min(dues) if dues else None}
     out["jobs"] = jobs
     paths: list[str] = []
@@ -100,7 +101,9 @@ def _json_or_none(opened: Opened, key: Key) -> Any:
 def due_report(opened: Opened, keys: list[Key], now: float) -> dict:
     """The shared index from its listing: entries, the soonest due, and entries no job record names."""
     root = due_root(opened.root)
-    entries = [k for k in keys if k.kind == "due"]
+    listed = [k for k in keys if k.kind == "due"]
+    parsed = {k.key: parse_entry(k.key[len(root):]) for k in listed}
+    entries = [k for k in listed if parsed[k.key] is not None]  # foreign garbage is shown, never judged
     records: dict[str, list[Key]] = defaultdict(list)
     for k in entries:
         records[record_key(opened.root, k.key)].append(k)
@@ -108,10 +111,20 @@ def due_report(opened: Opened, keys: list[Key], now: float) -> dict:
     unnamed = [k for k in entries if names[record_key(opened.root, k.key)] != k.key]
     return {
         "entries": len(entries),
-        "soonest": unsortable(entries[0].key[len(root):].split("/", 1)[0]) if entries else None,
+        "soonest": _soonest(parsed[entries[0].key]) if entries else None,
+        "foreign": len(listed) - len(entries),
         "unnamed": len(unnamed),
         "unnamed_past_grace": sum(1 for k in unnamed if now - k.modified >= GRACE),
     }
+
+
+def _finite_number(value: Any) -> bool:
+    """Whether a due read back can be shown as JSON (a hostile record may hold anything)."""
+    return isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and math.isfinite(value)
+
+
+def _soonest(entry: DueEntry | None) -> float | int | None:
+    return entry.due if entry is not None else None
 
 
 def record_key(root: str, entry: str) -> str:
@@ -206,6 +219,9 @@ def table(report: dict) -> str:
     d = report["due_index"]
     lines.append(f"due index: {d['entries']} entries, soonest {_due(d['soonest'])}, "
                  f"{d['unnamed']} no job names ({d['unnamed_past_grace']} past the {GRACE:.0f} s grace)")
+    if d.get("foreign"):
+        lines.append(f"  {d['foreign']} foreign objects in the index (not entries this layout writes, or a due "
+                     "out of range): skipped by every reader; `gc --apply` deletes them")
     t = report["totals"]
     lines.append(f"totals: {t['agents']} agents, {t['objects']} objects, {t['bytes']} bytes")
     for kind, v in t["kinds"].items():
