@@ -114,7 +114,8 @@ def test_inspect_reports_what_was_put(store_env: Any) -> None:
     assert b["jobs"]["ending"] == {"count": 1, "soonest": 7}
     assert a["files"] == {"count": 2, "bytes": 105}
     assert b["tools"] == {"gone": ["search", "read"]} and a["tools"] == {}
-    assert report["due_index"] == {"entries": 3, "soonest": 1000, "unnamed": 1, "unnamed_past_grace": 0}
+    assert report["due_index"] == {"entries": 3, "soonest": 1000, "unnamed": 1, "unnamed_past_grace": 0,
+                                     "foreign": 0}
     kinds = report["totals"]["kinds"]
     assert kinds["event"]["objects"] == 23 + 5 + 1  # bob's fence included
     assert kinds["head"]["objects"] == 1 + 3 + 1  # t1's lease, three tombstones, bob's removed head

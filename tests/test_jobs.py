@@ -78,10 +78,11 @@ def test_job_next_answers_for_every_agent_in_the_store(store):
         assert a("job_next")["next"] == 500
         a("job_put", place="waiting", job=job("x", 700))  # moved later: the old entry must go
         assert a("job_next")["next"] == 700
-        a("job_put", place="waiting", job=job("w", 2**70))
+        assert a("job_put", place="waiting", job=job("w", 2**70))["reply"] == "error"  # past DUE_MAX: no key
+        a("job_put", place="waiting", job=job("w", 2**53 - 1))
         assert a("job_next")["next"] == 700
         a("job_remove", place="waiting", id="x")
-        assert a("job_next")["next"] == 2**70
+        assert a("job_next")["next"] == 2**53 - 1
         a("job_remove", place="waiting", id="w")
         assert a("job_next")["next"] is None
         b("job_shift", id="y", **{"from": "firing", "to": "waiting"})
