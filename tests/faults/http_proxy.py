@@ -17,6 +17,17 @@ request fails and how, and a run replays the same way every time:
 * ``delay``      - hold the request ``before`` seconds before forwarding and / or
   the reply ``after`` seconds before sending it.
 
+Besides rules, a proxy may carry rate limits (``RateLimit``), the cloud's
+own throttles as a fault: GCS's per-object write limit (a token bucket per
+object name, 1 write a second with a burst of 2 by default, answered 429
+``rateLimitExceeded`` with GCS's JSON error body) and S3's per-prefix
+``SlowDown`` (a token bucket per key prefix, answered 503 with S3's XML
+body), either optionally with a ``Retry-After`` header.  A request a rule
+fires on is not limited; every other one takes a token before it is
+forwarded (so a write that then fails its precondition has spent one, as
+on GCS).  Where a limit refuses at random (``chance``, a prefix still
+scaling), its own seeded generator decides, so a run replays.
+
 A rule may also match a regex in the request body (``content``: a GCS
 upload names its object in its body, not its URL).  Each rule fires
 ``times`` times (once by default), from its ``nth`` match on;
@@ -46,14 +57,15 @@ from __future__ import annotations
 
 import http.client
 import json
+import random
 import re
 import socket
 import struct
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 ACTIONS = ("lose_reply", "fail", "reset", "truncate", "delay")
 CONTENT_KEPT = 4096  # bytes of each request body kept in its record (a GCS upload's metadata comes first)
@@ -80,6 +92,8 @@ class Rule:
     content: bytes | None = None  # a regex searched in the request body (a GCS upload names its object there)
     status: int = 503  # fail
     reply_body: bytes | None = None  # fail: this body instead of the flavor's error body
+    reply_type: str = "text/plain"  # fail: the Content-Type of ``reply_body``
+    reply_headers: tuple[tuple[str, str], ...] = ()  # fail: more headers (a Retry-After...)
     keep: int | None = None  # truncate: body bytes sent (half the body by default)
     before: float = 0.0  # delay: seconds held before forwarding
     after: float = 0.0  # delay: seconds held before the reply is sent
@@ -116,7 +130,7 @@ class Seen:
     status: int | None  # what the client got; None when it got no reply
     upstream: int | None  # what the store answered; None when not forwarded
     at: float  # time.monotonic() when the request was read
-    action: str | None  # the rule's action that fired, if any
+    action: str | None  # the rule's action that fired, if any ("throttle": a RateLimit refused it)
     sent: int = 0  # body bytes sent to the client
     content: bytes = field(default=b"", repr=False)  # the first CONTENT_KEPT bytes of the request body
     answered: float = 0.0  # time.monotonic() when its reply (or none) was settled, before it was written
@@ -225,6 +239,149 @@ def error_body(flavor: str, status: int) -> tuple[bytes, str]:
     return f"injected {status}\n".encode(), "text/plain"
 
 
+#: GCS's message for its per-object mutation limit (the object's bucket/name is put after "The object").
+GCS_RATE_MESSAGE = ("The object {name} exceeded the rate limit for object mutation operations "
+                    "(create, update, and delete). Please reduce your request rate. "
+                    "See https://cloud.google.com/storage/docs/gcs429.")
+LIMIT_KINDS = ("gcs-object", "s3-prefix")
+
+
+@dataclass
+class RateLimit:
+    """A cloud's rate limit as a fault: a token bucket per GCS object name or per S3 key prefix.
+
+    ``gcs-object``: writes (uploads, deletes, metadata patches, the target
+    of a rewrite or compose) of one object name share a bucket of ``burst``
+    tokens refilled at ``rate`` a second; over it, 429 with GCS's body
+    (``usageLimits`` / ``rateLimitExceeded``).  Reads are not limited, as
+    on GCS.  ``s3-prefix``: writes (PUT, POST, DELETE) under one prefix
+    (the bucket and the key up to its last ``/``) share a bucket; with
+    ``reads`` GETs and HEADs share another (``read_rate``, ``read_burst``);
+    over it, 503 ``SlowDown``.  ``retry_after`` (seconds) is sent as a
+    ``Retry-After`` header when set.  ``chance`` refuses a request a token
+    would have admitted, decided by ``random.Random(seed)``.  ``clock`` is
+    the time the buckets refill by (a test may step it).
+    """
+
+    kind: str = "gcs-object"
+    rate: float = 1.0
+    burst: float = 2.0
+    reads: bool = False
+    read_rate: float = 5500.0
+    read_burst: float = 5500.0
+    retry_after: float | None = None
+    chance: float = 0.0
+    seed: int = 0
+    clock: Callable[[], float] = time.monotonic
+    admitted: int = 0  # requests that took a token
+    refused: int = 0  # requests answered with the throttle
+    refused_names: dict[str, int] = field(default_factory=dict)  # refusals by object name / prefix
+
+    def __post_init__(self) -> None:
+        if self.kind not in LIMIT_KINDS:
+            raise ValueError(f"unknown rate limit {self.kind!r}; one of {LIMIT_KINDS}")
+        if self.rate < 0 or self.burst < 0:
+            raise ValueError("rate and burst are at least 0")
+        self._random = random.Random(self.seed)
+        self._lock = threading.Lock()
+        self._tokens: dict[tuple[str, bool], tuple[float, float]] = {}  # (name, write) -> (tokens, when)
+
+    def subject(self, method: str, target: str, body: bytes) -> tuple[str, bool] | None:
+        """(object name or prefix, whether a write) of a request this limit counts; None when it counts none."""
+        parts = urlsplit(target)
+        path = parts.path
+        if self.kind == "gcs-object":
+            name = _gcs_written_name(method, path, parts.query, body)
+            return None if name is None else (name, True)
+        segments = path.lstrip("/").split("/", 1)
+        if len(segments) < 2 or not segments[1]:
+            return None  # the bucket itself (a listing, a multi-object delete): not per prefix here
+        key = unquote(segments[1])
+        prefix = segments[0] + "/" + (key.rsplit("/", 1)[0] + "/" if "/" in key else "")
+        if method in ("PUT", "POST", "DELETE"):
+            return prefix, True
+        if self.reads and method in ("GET", "HEAD"):
+            return prefix, False
+        return None
+
+    def admit(self, method: str, target: str, body: bytes) -> bool:
+        """Whether the request may pass (it then takes a token); a refusal is counted."""
+        subject = self.subject(method, target, body)
+        if subject is None:
+            return True
+        rate, burst = (self.rate, self.burst) if subject[1] else (self.read_rate, self.read_burst)
+        with self._lock:
+            now = self.clock()
+            tokens, then = self._tokens.get(subject, (burst, now))
+            tokens = min(burst, tokens + max(0.0, now - then) * rate)
+            lucky = self.chance <= 0 or self._random.random() >= self.chance
+            if tokens >= 1.0 and lucky:
+                self._tokens[subject] = (tokens - 1.0, now)
+                self.admitted += 1
+                return True
+            self._tokens[subject] = (tokens, now)
+            self.refused += 1
+            self.refused_names[subject[0]] = self.refused_names.get(subject[0], 0) + 1
+            return False
+
+    def reply(self, method: str, target: str, body: bytes) -> _Reply:
+        """The throttle's reply, as the cloud sends it."""
+        headers: list[tuple[str, str]] = []
+        if self.retry_after is not None:
+            headers.append(("Retry-After", f"{self.retry_after:g}"))
+        if self.kind == "gcs-object":
+            subject = self.subject(method, target, body)
+            bucket = _gcs_bucket(urlsplit(target).path) or "bucket"
+            message = GCS_RATE_MESSAGE.format(name=f"{bucket}/{subject[0] if subject else ''}")
+            doc = {"error": {"code": 429, "message": message,
+                             "errors": [{"message": message, "domain": "usageLimits",
+                                         "reason": "rateLimitExceeded"}]}}
+            headers.append(("Content-Type", "application/json; charset=UTF-8"))
+            return _Reply(429, "Too Many Requests", headers, json.dumps(doc).encode())
+        xml = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+               "<Message>Please reduce your request rate.</Message>"
+               "<RequestId>faultproxy</RequestId><HostId>faultproxy</HostId></Error>")
+        headers.append(("Content-Type", "application/xml"))
+        return _Reply(503, "Slow Down", headers, xml.encode())
+
+
+def _gcs_bucket(path: str) -> str | None:
+    match = re.match(r"^(?:/upload)?/storage/v1/b/([^/]+)", path)
+    return unquote(match.group(1)) if match else None
+
+
+def _gcs_written_name(method: str, path: str, query: str, body: bytes) -> str | None:
+    """The object name a GCS JSON-API request mutates, or None for a read or a listing.
+
+    An upload (``POST /upload/storage/v1/b/B/o``) names it in its ``name``
+    query parameter or in the JSON metadata part of its body; a delete or a
+    patch in its path; a rewrite or a compose names its target in its path.
+    """
+    if path.startswith("/upload/storage/v1/b/") and method in ("POST", "PUT"):
+        named = parse_qs(query).get("name")
+        if named:
+            return named[0]
+        found = re.search(rb'"name"\s*:\s*"((?:[^"\\]|\\.)*)"', body)
+        if found is None:
+            return None
+        try:
+            return str(json.loads(b'"' + found.group(1) + b'"'))
+        except ValueError:
+            return None
+    match = re.match(r"^/storage/v1/b/[^/]+/o/(.+)$", path)
+    if match is None:
+        return None
+    rest = match.group(1)
+    for verb in ("/rewriteTo/b/", "/copyTo/b/"):
+        if verb in rest and method == "POST":
+            return unquote(rest.split(verb, 1)[1].split("/o/", 1)[-1])
+    if rest.endswith("/compose") and method == "POST":
+        return unquote(rest[: -len("/compose")])
+    if method in ("DELETE", "PATCH", "PUT"):
+        return unquote(rest)
+    return None
+
+
 @dataclass
 class FaultProxy:
     """A reverse proxy on 127.0.0.1 in front of ``upstream`` (``http://HOST:PORT``)."""
@@ -235,6 +392,7 @@ class FaultProxy:
     upstream_timeout: float = 30.0
     rewrite: bool = True  # upstream's address in Location headers and JSON bodies -> the proxy's
     rules: list[Rule] = field(default_factory=list)
+    limits: list[RateLimit] = field(default_factory=list)  # the cloud's throttles (see RateLimit)
     seen: list[Seen] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -303,6 +461,12 @@ class FaultProxy:
             self.rules.append(rule)
         return rule
 
+    def limit(self, limit: RateLimit) -> RateLimit:
+        """Throttle the requests ``limit`` counts, from now on (``clear`` removes it)."""
+        with self._lock:
+            self.limits.append(limit)
+        return limit
+
     def on(self, action: str, method: str | None = None, path: str | None = None, **kw: object) -> Rule:
         """Shorthand: ``proxy.on("fail", "GET", r"/o/key", status=429)``."""
         return self.add(Rule(action, method, path, **kw))  # type: ignore[arg-type]
@@ -330,6 +494,7 @@ class FaultProxy:
         with self._lock:
             self.seen.clear()
             self.rules.clear()
+            self.limits.clear()
 
     def _choose(self, request: _Request) -> Rule | None:
         chosen = None
@@ -344,10 +509,10 @@ class FaultProxy:
         return chosen
 
     def _record(self, request: _Request, at: float, status: int | None, upstream: int | None,
-                rule: Rule | None, sent: int = 0) -> None:
+                rule: Rule | None, sent: int = 0, action: str | None = None) -> None:
         with self._lock:
             self.seen.append(Seen(request.method, request.target, status, upstream, at,
-                                  rule.action if rule else None, sent, request.body[:CONTENT_KEPT],
+                                  rule.action if rule else action, sent, request.body[:CONTENT_KEPT],
                                   time.monotonic()))
 
     # -- the work
@@ -410,24 +575,35 @@ class FaultProxy:
             self._record(request, at, None, None, rule)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             return False
+        if action in (None, "delay"):
+            with self._lock:
+                limits = list(self.limits)
+            for limit in limits:
+                if not limit.admit(request.method, request.target, request.body):
+                    reply = limit.reply(request.method, request.target, request.body)
+                    self._hold(self.latency)
+                    self._record(request, at, reply.status, None, None, len(reply.body), action="throttle")
+                    wfile.write(_head_bytes(reply, close) + reply.body)
+                    wfile.flush()
+                    return not close
         if action == "fail":
             assert rule is not None
-            body, ctype = ((rule.reply_body, "text/plain") if rule.reply_body is not None
+            body, ctype = ((rule.reply_body, rule.reply_type) if rule.reply_body is not None
                            else error_body(self.flavor, rule.status))
             reply = _Reply(rule.status, http.client.responses.get(rule.status, "Error"),
-                           [("Content-Type", ctype)], body)
+                           [("Content-Type", ctype), *rule.reply_headers], body)
             self._hold(self.latency)
             self._record(request, at, reply.status, None, rule, len(reply.body))
             wfile.write(_head_bytes(reply, close) + reply.body)
             wfile.flush()
             return not close
-        self._hold(self.latency / 2 + (rule.before if action == "delay" else 0.0))
+        self._hold(self.latency / 2 + (rule.before if rule is not None and action == "delay" else 0.0))
         try:
             reply = self._forward(request)
         except OSError:
             self._record(request, at, None, None, rule)
             return False  # upstream unreachable: the client sees its connection closed
-        self._hold(self.latency / 2 + (rule.after if action == "delay" else 0.0))
+        self._hold(self.latency / 2 + (rule.after if rule is not None and action == "delay" else 0.0))
         if self._stopping.is_set():
             self._record(request, at, None, reply.status, rule)
             return False
