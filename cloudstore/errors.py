@@ -9,7 +9,8 @@ a class that carries that meaning, so a program can decide by ``except``
 clause instead of by reading words:
 
 * ``RefusedError``        the request broke a rule of wire.md (bad input); nothing changed.
-* ``FailedError``         the store failed (or the op could not finish); certainly nothing changed.
+* ``FailedError``         the store failed, refused the request (a 4xx, a throttle that outlasted
+                          the deadline) or the op could not finish; certainly nothing changed.
 * ``OutcomeUnknownError`` the store failed after a write of the op was sent; it may have landed.
 * ``LocationError``       ``open`` got a URL or settings that name no store it can open.
 * ``ClosedError``         the store was closed before the call.
@@ -47,7 +48,9 @@ The tree (module names below ``cloudstore``)::
      │    ├── generations.PreconditionFailed             Update(version) found another version
      │    ├── generations.NotFound                       no object at the key
      │    ├── generations.Transient                      worth retrying (never leaves RetryingStore)
+     │    │    └── generations.Throttled                 refused for the rate (429, SlowDown): retried to the deadline
      │    └── generations.StoreUnavailable               retries spent, or a write's fate unknown
+     │         └── generations.StoreRefused              a 4xx refusal (400, 403, 413...): nothing was changed
      ├── space.Contention                                a compare-and-set lost every round
      ├── client.DriverError                              a driver program did not answer one reply line
      ├── racing.RaceError                                racers failed to get ready or to call
