@@ -34,6 +34,17 @@ memory for ``TRUST_SECONDS`` after reading the head, then reads it again.
 A memory gone stale by a removal on another machine meets the remover's
 fence (or an event still there): its create fails, it reads the head again,
 and answers against the new epoch, writing there if the number is free.
+
+What is read back is believed only as its key allows (stored.py): an event
+is strict JSON whose ``seq`` is its key's number, a packed block a list of
+exactly the events of its range, each with its number (a block lying about
+its range is not used: its halves are read instead); heads are checked by
+heads.py.  Every key a read fetches is built by keys.py from the request's
+agent and thread; what stored objects and keys name is only numbers, and a
+number no conversation can reach (a key or a hint past what one read can
+answer) costs at most ``GATHER_WINDOW`` requests a round and
+``PREFETCH_MAX`` asked ahead, never a list as long as the number.  Anything
+else makes the op answer an error naming the object's kind.
 """
 
 from __future__ import annotations
@@ -45,7 +56,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import packing
+from . import packing, stored
 from .cache import Bounded
 from .generations import AlreadyExists, Create, Listed, Object, Overwrite, StoreError, frame
 from .heads import Heads, epoch_of, packed_last, packed_newest, with_packed
@@ -53,7 +64,7 @@ from .keys import AgentKeys, EpochKeys, conversation_key, name_part
 from .packing import Piece, cover, packed_at
 from .removal import FENCE, TRUST_SECONDS, Removals
 from .space import KEEP, Contention, Space
-from .validate import Agent, compact
+from .validate import Agent, RequestError, compact
 
 #: The latest events a serve process keeps of a conversation it writes (blocks up to this are packed from memory).
 RECENT_KEPT = 64
@@ -66,6 +77,15 @@ PREFETCH_HINT_EVERY = 512
 RECENT_BUDGET = 16 * 1024 * 1024
 #: Rounds of reading again when an epoch dies under a read (a removal racing it).
 EPOCH_ROUNDS = 8
+#: Pieces one round of a read asks for at most: a missing block's halves come first in the next
+#: round, so a read of a range that was never written stops at its first missing event quickly.
+GATHER_WINDOW = 256
+#: Blocks a read asks for from the head's hint before the listing is in, at most.
+PREFETCH_MAX = 256
+#: Events one read answers at most: past any reply a line can carry (and what a stray key may claim).
+READ_SPAN_MAX = 2**24
+EVENT = "conversation event"
+NAME = "conversation name record"
 
 log = logging.getLogger("cloudstore")
 
@@ -145,10 +165,10 @@ class Conversations:
         """The last event key of an epoch and its number (events 1..known are known to exist)."""
         if at.newest_first:
             newest = self.store.list(at.events(), limit=1)
-            return (at.seq_of(newest[0].key), newest[0]) if newest else (0, None)
+            return (_seq_of(at, newest[0].key), newest[0]) if newest else (0, None)
         start = at.event(known) if known else None
         after = self.store.list(at.events(), start_after=start)
-        return (at.seq_of(after[-1].key), after[-1]) if after else (known, None)
+        return (_seq_of(at, after[-1].key), after[-1]) if after else (known, None)
 
     def _fenced(self, item: Listed | None) -> bool:
         """Whether a listed last event is a removal's fence: the epoch died after its head was read."""
@@ -308,20 +328,20 @@ class Conversations:
         asked for and not used.
         """
         hint = packed_newest(head)
-        if hint < first:
+        if hint < first or hint - first >= READ_SPAN_MAX:
             return None
         at = EpochKeys(keys, thread, epoch_of(head), True)
 
         def fetch(key: str) -> tuple[Object | None, Any]:
             obj = self.store.get(key)
             try:  # parsed here, beside the listing; a block that is no JSON is left to _gather to judge
-                return obj, None if obj is None else json.loads(obj.data)
-            except ValueError:
+                return obj, None if obj is None else stored.loads(obj.data, EVENT)
+            except stored.Malformed:
                 return obj, None
 
         mem = self.memory.get(keys.thread(thread))
         held = mem.recent if mem is not None and mem.epoch == at.epoch else {}
-        pieces = [p for p in cover(first, hint) if p.size > 1 and not _held(p, held)]
+        pieces = [p for p in cover(first, hint) if p.size > 1 and not _held(p, held)][:PREFETCH_MAX]
         return Early(at.epoch, {p: self.space.pool.submit(fetch, at.segment(p.end, p.size)) for p in pieces})
 
     def _read_epoch(self, keys: AgentKeys, thread: str, first: int, mem: ThreadMemory,
@@ -329,6 +349,9 @@ class Conversations:
         """The events of the epoch ``mem`` stands on; None if it died while they were fetched."""
         if first > mem.last:
             return []
+        if mem.last - first >= READ_SPAN_MAX:
+            raise RequestError(f"the conversation's last event is {mem.last}: one read answers at most "
+                               f"{READ_SPAN_MAX} events (ask from a later 'first'); nothing was changed")
         pieces = cover(first, mem.last)
         at = EpochKeys(keys, thread, mem.epoch, mem.newest_first)
         usable = early.blocks if early is not None and early.epoch == mem.epoch and mem.newest_first else {}
@@ -354,11 +377,14 @@ class Conversations:
         todo = list(pieces)
         while todo:
             wanted: list[Piece] = []
+            later: list[Piece] = []
             for p in todo:
                 if _held(p, recent):
                     got[p] = [leaf(recent[s]) for s in range(p.first, p.end + 1)]
-                else:
+                elif len(wanted) < GATHER_WINDOW or (early and p in early):
                     wanted.append(p)
+                else:
+                    later.append(p)  # past this round's window: asked for once those before it are in
             asked = [p for p in wanted if not (early and p in early)]
             fetched = dict(zip(asked, self.space.get_many(
                 at.event(p.end) if p.size == 1 else at.segment(p.end, p.size) for p in asked), strict=True))
@@ -368,21 +394,33 @@ class Conversations:
                 if p.size == 1:
                     if obj is None or obj.data == FENCE:
                         return None
-                    got[p] = [leaf(obj.data.decode("ascii"))]
+                    event = _event(stored.loads(obj.data, EVENT), p.end)
+                    got[p] = [event if parse else compact(event)]
                 elif obj is None:
                     todo.extend(p.halves())  # not packed (yet): its halves, next round
                 else:
-                    block = json.loads(obj.data) if parsed is None else parsed
-                    if not isinstance(block, list) or len(block) != p.size:
-                        todo.extend(p.halves())  # not a whole block (never written so): its halves
+                    block = _block(obj.data if parsed is None else parsed, p)
+                    if block is None:
+                        todo.extend(p.halves())  # not a whole block of its range (never written so): its halves
                         continue
                     got[p] = block if parse else [compact(e) for e in block]
+            todo.extend(later)
         return [event for p in _leaves(pieces, got) for event in got[p]]
 
     def threads(self, agent: Agent) -> list[dict[str, Any]]:
         keys = self.space.keys(agent)
         parts = self.store.list_dirs(keys.conversations())
-        names = self.space.names_of(keys, parts)
+        try:
+            with stored.parsing(NAME):
+                names = self.space.names_of(keys, parts)
+        except (TypeError, KeyError, AssertionError, ValueError) as exc:  # a record that is no {"name": ...}
+            if isinstance(exc, stored.Malformed):
+                raise
+            raise stored.Malformed(NAME, "it is not {name}, or a key part is no name") from None
+        for name, part in zip(names, parts, strict=True):  # a name record must be of its own key's name
+            if name is not None:
+                stored.text(name, NAME, "its name")
+                stored.expect(name_part(name) == part, NAME, "it names another conversation than its key")
         pairs = [(n, p) for n, p in zip(names, parts, strict=False) if n is not None]
         lasts = list(self.space.pool.map(lambda np: self.last(agent, np[0]), pairs))
         found: list[dict[str, Any]] = [
@@ -396,6 +434,38 @@ class Conversations:
         keys = self.space.keys(agent)
         self.removals.remove(keys, thread)
         self.memory.pop(keys.thread(thread))
+
+
+def _seq_of(at: EpochKeys, key: str) -> int:
+    """The number of a listed event key; a key below an epoch's events that is none is ``Malformed``."""
+    try:
+        return at.seq_of(key)
+    except ValueError:
+        raise stored.Malformed(EVENT, "a key below a conversation's events is no event's") from None
+
+
+def _event(value: Any, seq: int) -> dict[str, Any]:
+    """A stored single event, as ``append`` wrote it: a JSON object whose ``seq`` is its key's number."""
+    stored.obj(value, EVENT)
+    stored.expect(value.get("seq") == seq and stored.validate_int(value.get("seq")), EVENT,
+                  "its seq is not its key's number")
+    return value  # type: ignore[no-any-return]
+
+
+def _block(data: Any, piece: Piece) -> list[Any] | None:
+    """A packed block's events, only if they are exactly those of its range (each its number, in order);
+    None otherwise (a block lying about its range, or no JSON: the caller reads its halves)."""
+    if isinstance(data, bytes):
+        try:
+            data = stored.loads(data, EVENT)
+        except stored.Malformed:
+            return None
+    if not isinstance(data, list) or len(data) != piece.size:
+        return None
+    for seq, event in enumerate(data, start=piece.first):
+        if not isinstance(event, dict) or event.get("seq") != seq or not stored.validate_int(event.get("seq")):
+            return None
+    return data
 
 
 def _held(piece: Piece, recent: dict[int, str]) -> bool:

@@ -28,6 +28,15 @@ listing.  Its fields::
 An ended lease keeps no holder; a head with no epoch is at epoch 0.  (0.1.0
 kept the epoch in a separate object and ended leases as ``{"ended": true}``:
 0.2.0 does not read stores written by 0.1.0, see CHANGELOG.md.)
+
+A head is read back from a bucket other agents share, so it is believed only
+in the shape above (``checked``, stored.py): its thread its key's own, its
+numbers integers in range, its removal records of epochs before its own.
+Every key a head leads to (the events and blocks of an epoch, a removed
+epoch's fence and purge) is built from the head's own agent and thread by
+keys.py, never taken from the head; what the head gives is numbers, and
+those are bounded here.  Anything else makes the op answer an error naming
+the conversation head.
 """
 
 from __future__ import annotations
@@ -35,8 +44,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeGuard, TypeVar
 
-from .keys import AgentKeys
+from . import stored
+from .keys import EPOCH_DIGITS, SEQ_DIGITS, AgentKeys
 from .space import Space
+
+HEAD = "conversation head"
+#: The largest epoch a head may hold: its next one must still have a key (``keys.inverted``).
+EPOCH_MAX = 10**EPOCH_DIGITS - 2
+#: The largest event number a head (or a key) may name.
+SEQ_MAX = 10**SEQ_DIGITS - 2
+#: Removed epochs a head may hold records of: each is one fence or one purge, finished on the next read.
+REMOVED_MAX = 1024
+_FIELDS = frozenset({"thread", "epoch", "holder", "started", "renewed", "removed", "packed", "ended", "at"})
 
 T = TypeVar("T")
 
@@ -90,6 +109,47 @@ def with_packed(head: dict[str, Any], epoch: int, last: int, newest: bool = Fals
     return {**head, "packed": {"epoch": epoch, "last": last, **({"newest": True} if newest else {})}}
 
 
+def checked(thread: str, head: Any) -> dict[str, Any] | None:
+    """The head stored for ``thread``, as this driver writes them; ``stored.Malformed`` otherwise."""
+    if head is None:
+        return None
+    stored.obj(head, HEAD)
+    stored.expect(set(head) <= _FIELDS, HEAD, "it holds fields no driver writes")
+    stored.expect(head.get("thread") == thread, HEAD, "it is of another conversation")
+    epoch = stored.count(head.get("epoch", 0), HEAD, "its epoch", maximum=EPOCH_MAX)
+    if "holder" in head:
+        stored.text(head["holder"], HEAD, "its holder")
+        for name in ("started", "renewed"):
+            stored.count(head.get(name), HEAD, f"its lease's {name} time")
+    if "ended" in head:
+        stored.expect(isinstance(head["ended"], bool), HEAD, "its ended mark is not a boolean")
+    if "at" in head:
+        stored.finite(head["at"], HEAD, "its ended time")
+    if "packed" in head:
+        packed = stored.obj(head["packed"], HEAD, "its packing hint")
+        stored.expect(set(packed) <= {"epoch", "last", "newest"}, HEAD,
+                      "its packing hint holds fields no driver writes")
+        stored.count(packed.get("epoch"), HEAD, "its packing hint's epoch", maximum=EPOCH_MAX)
+        stored.count(packed.get("last", 0), HEAD, "its packing hint's last", maximum=SEQ_MAX)
+        stored.expect(packed.get("newest", True) is True, HEAD, "its packing hint's layout is not true")
+    removed = head.get("removed", [])
+    stored.expect(isinstance(removed, list) and len(removed) <= REMOVED_MAX, HEAD,
+                  f"its removal records are not a list of at most {REMOVED_MAX}")
+    seen: set[int] = set()
+    for record in removed:
+        stored.obj(record, HEAD, "a removal record")
+        stored.expect(set(record) <= {"epoch", "at", "fence", "known"}, HEAD,
+                      "a removal record holds fields no driver writes")
+        old = stored.count(record.get("epoch"), HEAD, "a removal record's epoch", maximum=max(epoch - 1, 0))
+        stored.expect(old < epoch and old not in seen, HEAD, "a removal record is not of an earlier epoch, once")
+        seen.add(old)
+        stored.count(record.get("at"), HEAD, "a removal record's time")
+        if record.get("fence") is not None:
+            stored.count(record["fence"], HEAD, "a removal record's fence", minimum=1, maximum=SEQ_MAX)
+        stored.count(record.get("known", 0), HEAD, "a removal record's known last", maximum=SEQ_MAX)
+    return head  # type: ignore[no-any-return]
+
+
 class Heads:
     """Reading and changing heads: a conversation without one is at epoch 0, with no lease."""
 
@@ -101,11 +161,14 @@ class Heads:
         return {"thread": thread, "epoch": 0} if head is None else head
 
     def read(self, keys: AgentKeys, thread: str) -> dict[str, Any]:
-        _, head = self.space.get_json(keys.lease(thread))
-        return self._complete(thread, head)
+        with stored.parsing(HEAD):
+            _, head = self.space.get_json(keys.lease(thread))
+        return self._complete(thread, checked(thread, head))
 
     def update(self, keys: AgentKeys, thread: str, change: Callable[[dict[str, Any]], tuple[Any, T]],
                cached: bool = False, absent: bool = False) -> T:
         """``Space.update`` on the head; ``change`` always gets a whole head (epoch included)."""
-        return self.space.update(keys.lease(thread), lambda head: change(self._complete(thread, head)),
-                                 cached=cached, absent=absent)
+        with stored.parsing(HEAD):
+            return self.space.update(keys.lease(thread),
+                                     lambda head: change(self._complete(thread, checked(thread, head))),
+                                     cached=cached, absent=absent)

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .heads import Heads, has_lease, without_lease
+from . import stored
+from .heads import HEAD, Heads, checked, has_lease, without_lease
 from .space import KEEP, Space
 from .validate import Agent
 
@@ -97,8 +98,14 @@ class Leases:
 
     def leases(self, agent: Agent, lapse_ms: int) -> list[dict[str, Any]]:
         keys = self.space.keys(agent)
-        listed = self.space.store.list(keys.leases())
-        heads: list[dict[str, Any] | None] = self.space.listed_json(listed)
+        listed = [item for item in self.space.store.list(keys.leases()) if "/" not in item.key[len(keys.leases()):]]
+        with stored.parsing(HEAD):
+            heads: list[dict[str, Any] | None] = self.space.listed_json(listed)
+        for item, head in zip(listed, heads, strict=True):  # each head of its own key's thread (heads.checked)
+            if head is not None:
+                thread = stored.text(stored.obj(head, HEAD).get("thread"), HEAD, "its thread")
+                stored.expect(keys.lease(thread) == item.key, HEAD, "it is of another conversation")
+                checked(thread, head)
         now = self.clock.now_ms()
         out = [
             {

@@ -33,7 +33,7 @@ from typing import Any
 from .generations import AlreadyExists, Create
 from .heads import Heads, epoch_of, packed_last, without_lease
 from .keys import AgentKeys, EpochKeys
-from .space import KEEP, Space
+from .space import KEEP, Contention, Space
 
 #: How long a process trusts its memory of a conversation's epoch without reading the head (store time).
 TRUST_SECONDS = 30.0
@@ -42,6 +42,9 @@ PURGE_AFTER_MS = 90_000
 #: What a remover writes at its old epoch's next number.  Never an event: no JSON event is this
 #: and has no ``seq``; readers that meet it know the epoch died under them.
 FENCE = b'{"fence":true}'
+
+#: Rounds of fencing the next number before giving up (each lost one means an appender got there first).
+FENCE_ROUNDS = 64
 
 LastIn = Callable[[EpochKeys, int], int]
 Layout = Callable[[AgentKeys, str, int], bool]
@@ -82,18 +85,21 @@ class Removals:
     def _fence(self, at: EpochKeys, known: int) -> None:
         """Take the old epoch's next number (events 1..known are known to exist), then write its number
         into the head's record."""
-        while True:
+        for _ in range(FENCE_ROUNDS):
             seq = self.last_in(at, known) + 1
             try:
                 self.store.put(at.event(seq), FENCE, Create())
                 break
             except AlreadyExists:  # an appender (or another fencer) got there first: fence the next
                 known = seq
+        else:
+            raise Contention("a removed conversation's old events kept growing while it was fenced; "
+                             "the next read of it fences again")
         self._change_record(at, lambda record: {**record, "fence": record.get("fence") or seq})
 
     def _purge(self, at: EpochKeys, fence: int) -> None:
         """Delete a dead epoch's events and segments, below its fence; then forget its record."""
-        below = [item.key for item in self.store.list(at.events()) if at.seq_of(item.key) < fence]
+        below = [item.key for item in self.store.list(at.events()) if _below(at, item.key, fence)]
         doomed = below + [item.key for item in self.store.list(at.segments())]
         list(self.space.pool.map(self.store.delete, doomed))
         self._change_record(at, lambda record: None)
@@ -116,3 +122,11 @@ class Removals:
 
         self.heads.update(at.agent, at.thread, on_head, cached=True)
 
+
+
+def _below(at: EpochKeys, key: str, fence: int) -> bool:
+    """Whether a listed key of a dead epoch is an event below its fence (a key that is no event's: kept)."""
+    try:
+        return at.seq_of(key) < fence
+    except ValueError:
+        return False

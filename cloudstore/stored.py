@@ -20,7 +20,10 @@ answering.
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from .generations import StoreUnavailable
@@ -74,3 +77,37 @@ def text(value: Any, kind: str, what: str) -> str:
     except UnicodeEncodeError:
         raise Malformed(kind, f"{what} is not valid Unicode") from None
     return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is no JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError("a number no double holds")
+    return value
+
+
+def loads(data: bytes | str, kind: str) -> Any:
+    """Strict JSON of a stored object (no NaN or Infinity, no number past a double, no lone surrogate
+    once encoded), else ``Malformed``: what is answered from it must be writable as strict JSON."""
+    try:
+        return json.loads(data, parse_constant=_no_constant, parse_float=_finite_float)
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise Malformed(kind, "it is not strict JSON") from None
+
+
+@contextmanager
+def parsing(kind: str) -> Iterator[None]:
+    """Within it, an object that is no JSON (or no UTF-8, or nested past the parser) is ``Malformed``."""
+    try:
+        yield
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        raise Malformed(kind, "it is not JSON") from None
+
+
+def validate_int(value: Any) -> bool:
+    """A JSON integer (never a boolean: ``True == 1`` in Python)."""
+    return is_int(value)
