@@ -25,6 +25,7 @@ Layout below the store's prefix::
     a/<owner>/<id>/mark, a/<owner>/<id>/day        job_mark, job_day
     a/<owner>/<id>/f/<path>                        a file (and its tombstone: no other object per path)
     a/<owner>/<id>/f/~/<sha-256 of the path>       a file whose path's encoding is long
+    a/<owner>/<id>/ledger                          the file objects there were before sizes said states (files.py)
     a/<owner>/<id>/n/<hashed part>                 the name behind a hashed part
     _due/<sortable due>/<owner>/<id>/<job>/<nonce> the shared job_next index (due_index.py)
 
@@ -224,6 +225,10 @@ class AgentKeys:
 
     def hashed_files(self) -> str:
         return self.files() + "~/"
+
+    def file_ledger(self) -> str:
+        """The agent's ledger of file objects older than the layout whose sizes say their states (files.py)."""
+        return self.base + "ledger"
 
     # names behind hashed parts
     def name_record(self, part: str) -> str:
