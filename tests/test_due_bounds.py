@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 import pytest
-from support import Session, fresh_agent, serving, service_of
+from support import Session, fresh_agent, service_of, serving
 
 from cloudstore.admin import gc
 from cloudstore.admin.walk import open_url
