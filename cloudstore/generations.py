@@ -35,6 +35,8 @@ writes it replaced, newest first.  That does what no backend can do alone:
 from __future__ import annotations
 
 import builtins
+import contextlib
+import contextvars
 import logging
 import os
 import random
@@ -270,10 +272,11 @@ def unframe(raw: bytes) -> tuple[str, tuple[str, ...], bytes]:
     if raw.startswith(_MAGIC) and raw[head : head + 1] == b" ":
         end = raw.find(b"\n", head)
         if end > 0:
-            chain = raw[head + 1 : end].decode("ascii")
-            return raw[len(_MAGIC) : head].decode("ascii"), tuple(chain.split(",")) if chain else (), raw[end + 1 :]
+            chain = raw[head + 1 : end].decode("ascii", "replace")  # a foreign byte there is no tag of ours
+            nonce = raw[len(_MAGIC) : head].decode("ascii", "replace")
+            return nonce, tuple(chain.split(",")) if chain else (), raw[end + 1 :]
     if raw.startswith(_OLD_MAGIC) and raw[head : head + 1] == b"\n":
-        return raw[len(_MAGIC) : head].decode("ascii"), (UNKNOWN,), raw[head + 1 :]
+        return raw[len(_MAGIC) : head].decode("ascii", "replace"), (UNKNOWN,), raw[head + 1 :]
     return "", (UNKNOWN,), raw
 
 
@@ -368,6 +371,28 @@ class RetryPolicy:
     throttle_delay: float = 0.25
 
 
+#: When the op being answered must be done by (time.monotonic()), or None outside any op window.
+_op_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("lnk_op_deadline", default=None)
+
+
+@contextlib.contextmanager
+def op_deadline(seconds: float) -> Iterator[None]:
+    """Every retry loop inside shares one deadline, ``seconds`` from now (an outer window holds).
+
+    So the requests of one op, throttled one after another, together stay
+    inside the op's time (the bridge stops a call at 30 s) instead of each
+    taking a deadline of its own.
+    """
+    if _op_deadline.get() is not None:
+        yield
+        return
+    token = _op_deadline.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _op_deadline.reset(token)
+
+
 class RetryingStore:
     """The store the drivers use: framing, retries and own-write detection.
 
@@ -397,6 +422,10 @@ class RetryingStore:
         self._count_lock = threading.Lock()
         #: The backend's kind in metrics: "gcs", "s3" or "file".
         self.label = backend_label(backend)
+
+    def op_window(self) -> contextlib.AbstractContextManager[None]:
+        """One deadline (the policy's) for every retry inside: the service opens one around each op."""
+        return op_deadline(self.policy.deadline)
 
     # -- plumbing
 
@@ -568,9 +597,10 @@ class RetryingStore:
 
 
 def retry_transient(policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable[[], None] | None = None) -> T:
-    """``fn()`` again after each ``Transient`` within the policy's attempts and deadline; the last
-    ``Transient`` is raised as it is.  ``on_retry()`` is called before each wait that another try
-    follows (the seam counts retries by it).
+    """``fn()`` again after each ``Transient`` within the policy's attempts and deadline (or what is
+    left of the op's, inside ``op_deadline``); the last ``Transient`` is raised as it is.
+    ``on_retry()`` is called before each wait that another try follows (the seam counts
+    retries by it).
 
     Waits are jittered and exponential.  A ``Throttled`` try spends none of
     the attempts: a throttle lasts as long as the writer keeps the rate up
@@ -584,6 +614,10 @@ def retry_transient(policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable
     """
     import tenacity  # lazily: keeps `contract` free of the import
 
+    deadline = policy.deadline
+    op_ends = _op_deadline.get()
+    if op_ends is not None:  # inside an op's window: what is left of it (the first try is always made)
+        deadline = max(0.0, min(deadline, op_ends - time.monotonic()))
     unsure = [0]  # failed tries that were not throttles: these spend the attempts
     throttles = [0]
     backoff = tenacity.wait_random_exponential(multiplier=policy.first_delay, max=policy.max_delay)
@@ -594,11 +628,11 @@ def retry_transient(policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable
             throttles[0] += 1
         else:
             unsure[0] += 1
-        return unsure[0] >= policy.attempts or (state.seconds_since_start or 0.0) >= policy.deadline
+        return unsure[0] >= policy.attempts or (state.seconds_since_start or 0.0) >= deadline
 
     def wait(state: tenacity.RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome is not None else None
-        left = max(0.0, policy.deadline - (state.seconds_since_start or 0.0))
+        left = max(0.0, deadline - (state.seconds_since_start or 0.0))
         if isinstance(exc, Throttled):
             if exc.retry_after is not None:
                 return min(exc.retry_after, left)

@@ -91,7 +91,8 @@ class Service:
         store = self.space.store
         before = store.writes
         try:
-            return self.handle(request), False
+            with store.op_window():  # the op's requests share one retry deadline, inside the bridge's call limit
+                return self.handle(request), False
         except v.RequestError as exc:
             return error(str(exc)), False
         except (StoreUnavailable, Contention) as exc:

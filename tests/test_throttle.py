@@ -32,7 +32,7 @@ from support import StoreUnderTest, fresh_agent, location_of, make_store
 
 from cloudstore import metrics
 from cloudstore.errors import UNCHANGED_WORDS, FailedError, from_reply
-from cloudstore.generations import RetryingStore, RetryPolicy
+from cloudstore.generations import RetryingStore, RetryPolicy, Throttled, Transient, op_deadline, retry_transient
 from cloudstore.keys import path_part
 from cloudstore.service import Service
 from cloudstore.settings import open_backend
@@ -47,7 +47,7 @@ def b64(data: bytes) -> str:
 
 
 @dataclass
-class Throttled:
+class Proxied:
     """One backend behind a fresh proxy, and the drivers' handler on a fresh location through it."""
 
     backend: str  # "moto" or "gcs"
@@ -76,7 +76,7 @@ class Throttled:
 
 @pytest.fixture(params=("moto", "gcs"))
 def throttled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-              monkeypatch: pytest.MonkeyPatch) -> Iterator[Throttled]:
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[Proxied]:
     base = make_store(request.param, request, tmp_path_factory)
     setting = "AWS_ENDPOINT_URL_S3" if request.param == "moto" else "STORAGE_EMULATOR_HOST"
     flavor = "s3" if request.param == "moto" else "gcs"
@@ -84,7 +84,7 @@ def throttled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         store = replace(base, env=proxy.redirect(base.env))
         for key, value in store.env.items():
             monkeypatch.setenv(key, value)
-        yield Throttled(request.param, proxy, store, fresh_agent())
+        yield Proxied(request.param, proxy, store, fresh_agent())
 
 
 class VirtualTime:
@@ -141,11 +141,54 @@ def test_a_random_refusal_is_seeded() -> None:
 
 
 # --------------------------------------------------------------------------
+# The retry rule on its own
+
+
+def failing(*kinds: Exception) -> tuple[list[int], Any]:
+    """A call that raises each of ``kinds`` in turn, then answers "ok"; and the list of its tries."""
+    tries: list[int] = []
+
+    def call() -> str:
+        tries.append(1)
+        if len(tries) <= len(kinds):
+            raise kinds[len(tries) - 1]
+        return "ok"
+
+    return tries, call
+
+
+def test_throttles_spend_no_attempts_but_other_failures_do() -> None:
+    quick = RetryPolicy(attempts=2, first_delay=0.0, max_delay=0.0, throttle_delay=0.0)
+    tries, call = failing(*[Throttled("429")] * 10)
+    assert retry_transient(quick, call) == "ok" and len(tries) == 11
+    tries, call = failing(Transient("503"), Throttled("429"), Throttled("429"), Transient("reset"))
+    with pytest.raises(Transient, match="reset"):
+        retry_transient(quick, call)
+    assert len(tries) == 4, "two unsure failures end it, the throttles between them spent nothing"
+
+
+def test_retry_after_is_bounded_by_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: list[float] = []
+    monkeypatch.setattr(time, "sleep", waits.append)
+    tries, call = failing(Throttled("429", retry_after=300.0))
+    assert retry_transient(RetryPolicy(deadline=5.0), call) == "ok"
+    assert len(waits) == 1 and 0 < waits[0] <= 5.0
+
+
+def test_inside_an_op_window_every_retry_loop_shares_its_deadline() -> None:
+    tries, call = failing(*[Throttled("429")] * 3)
+    with op_deadline(0.0):
+        with pytest.raises(Throttled):
+            retry_transient(RetryPolicy(throttle_delay=0.0), call)
+    assert len(tries) == 1, "no time is left of the op: one try, then the throttle is answered"
+
+
+# --------------------------------------------------------------------------
 # The retries outlast the throttle
 
 
 def test_file_write_at_2_a_second_on_one_path_under_the_cloud_limit_never_fails(
-        throttled: Throttled, monkeypatch: pytest.MonkeyPatch) -> None:
+        throttled: Proxied, monkeypatch: pytest.MonkeyPatch) -> None:
     """A writer at twice the per-object limit: every write is a ``wrote``, none ``outcome unknown``.
 
     On eafe802 six quick tries gave up inside the throttle and answered
@@ -174,7 +217,7 @@ def test_file_write_at_2_a_second_on_one_path_under_the_cloud_limit_never_fails(
     assert got["file"] == {"data": b64(b"v%d" % (WRITES + 1)), "version": WRITES + 1}
 
 
-def test_a_write_refused_for_the_rate_until_the_deadline_says_nothing_was_changed(throttled: Throttled) -> None:
+def test_a_write_refused_for_the_rate_until_the_deadline_says_nothing_was_changed(throttled: Proxied) -> None:
     """Every try of the op's only write answered 429 / SlowDown: certainly not applied, so not outcome unknown."""
     service = throttled.service(RetryPolicy(deadline=1.0))
     assert throttled.call(service, "file_write", path=PATH, data=b64(b"v1"), version=0)["reply"] == "wrote"
@@ -190,7 +233,7 @@ def test_a_write_refused_for_the_rate_until_the_deadline_says_nothing_was_change
     assert got["file"] == {"data": b64(b"v1"), "version": 1}
 
 
-def test_a_throttle_after_a_lost_reply_is_still_outcome_unknown(throttled: Throttled) -> None:
+def test_a_throttle_after_a_lost_reply_is_still_outcome_unknown(throttled: Proxied) -> None:
     """Only a write refused on *every* try is certainly unchanged: one lost reply before leaves it unknown."""
     service = throttled.service(RetryPolicy(deadline=1.0))
     assert throttled.call(service, "file_write", path=PATH, data=b64(b"v1"), version=0)["reply"] == "wrote"
@@ -205,7 +248,7 @@ def test_a_throttle_after_a_lost_reply_is_still_outcome_unknown(throttled: Throt
     assert reply["reply"] == "error" and "outcome unknown" in reply["error"], reply
 
 
-def test_retry_after_is_honoured_within_the_deadline(throttled: Throttled, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_retry_after_is_honoured_within_the_deadline(throttled: Proxied, monkeypatch: pytest.MonkeyPatch) -> None:
     """A throttle that says when to come back is asked again then, once, not in a burst of quick tries."""
     service = throttled.service()
     waits: list[float] = []
@@ -229,7 +272,7 @@ def test_retry_after_is_honoured_within_the_deadline(throttled: Throttled, monke
 # A 4xx refusal is never outcome unknown
 
 
-def test_a_key_too_long_refusal_says_nothing_was_changed_and_names_the_limit(throttled: Throttled) -> None:
+def test_a_key_too_long_refusal_says_nothing_was_changed_and_names_the_limit(throttled: Proxied) -> None:
     """SeaweedFS / MinIO refuse a key part over 255 bytes with 400 KeyTooLongError; GCS a name over 1,024 bytes."""
     service = throttled.service()
     match = throttled.writes_of("f/" + path_part(PATH))
@@ -254,7 +297,7 @@ def test_a_key_too_long_refusal_says_nothing_was_changed_and_names_the_limit(thr
 
 @pytest.mark.parametrize("status,code", [(403, "AccessDenied"), (404, "NoSuchBucket"), (405, "MethodNotAllowed"),
                                          (411, "MissingContentLength"), (413, "EntityTooLarge")])
-def test_a_4xx_refusal_of_a_write_says_nothing_was_changed(throttled: Throttled, status: int, code: str) -> None:
+def test_a_4xx_refusal_of_a_write_says_nothing_was_changed(throttled: Proxied, status: int, code: str) -> None:
     service = throttled.service()
     match = throttled.writes_of("f/" + path_part(PATH))
     if throttled.backend == "moto":
