@@ -191,7 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (KeyFileError, OSError, ValueError) as exc:
         log.error("%s", exc)
         return _stopped(exporter, 1)
-    limits = Limits(call_timeout=args.call_timeout, request_timeout=args.request_timeout)
+    # The exporter's connections are counted in the descriptors the bridge keeps free for itself.
+    limits = Limits(call_timeout=args.call_timeout, request_timeout=args.request_timeout,
+                    reserved_fds=exporter.descriptors if exporter is not None else 0)
     driver_env = env_pairs(args.driver_env, "--driver-env", parser.error)
     if as_json:
         driver_env.setdefault(jsonlog.FORMAT_SETTING, "json")  # one stream of JSON lines: the drivers' stderr is ours

@@ -45,6 +45,10 @@ class Limits:
     # parsing them (cost.parse_cost), and the copies passed to a driver. Over it: busy; a single
     # request that alone would cost more is refused.
     request_budget_bytes: int = 160 * MiB
+    # Descriptors something else in the process may hold at once (the metrics exporter's listener
+    # and connections, ``metrics.Exporter.descriptors``): kept free, beside the bridge's own reserve,
+    # when the fd limit cuts ``max_pending``.
+    reserved_fds: int = 0
 
 
 class Busy(CloudstoreError):

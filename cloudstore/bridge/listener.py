@@ -95,7 +95,8 @@ def fd_room(limits: Limits) -> tuple[int | str, int | str, int, int]:
     The gate holds at most ``limits.max_pending`` unproved connections, and
     fewer when the soft limit leaves less room: descriptors open now, and a
     reserve for proved calls (a socket each), driver processes (three pipes
-    each) and the process's own, stay free, so that a flood of unproved
+    each), the process's own and ``limits.reserved_fds`` (the metrics
+    exporter's connections) stay free, so that a flood of unproved
     connections meets the gate's own bound (evicting the oldest) before
     the fd limit. At least 8 are held whatever the limit.
     """
@@ -106,7 +107,7 @@ def fd_room(limits: Limits) -> tuple[int | str, int | str, int, int]:
     if resource is None:
         return "unknown", "unknown", open_now, max(8, limits.max_pending)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    reserve = 32 + 2 * limits.max_calls + 4 * limits.max_drivers
+    reserve = 32 + 2 * limits.max_calls + 4 * limits.max_drivers + limits.reserved_fds
     most = limits.max_pending
     if soft != resource.RLIM_INFINITY:
         most = min(most, soft - open_now - reserve)
