@@ -14,6 +14,7 @@ if the failing request was a read.
 from __future__ import annotations
 
 import logging
+import re
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -46,6 +47,22 @@ def error(why: str) -> Reply:
 def _outcome(unknown: bool) -> str:
     """What an error says of the op's effect: whether any write of it landed or may have."""
     return UNKNOWN_WORDS if unknown else UNCHANGED_WORDS
+
+
+_HOST_PATH = re.compile(r"""(['"])/[^'"]*\1""")
+
+
+def _described(exc: BaseException, backend: str) -> str:
+    """An unexpected failure as an agent may read it: its kind and cause, never a host path.
+
+    An ``OSError`` of the folder store names the file it failed on, the
+    store's folder on the host; an agent reading the reply (through a bridge,
+    another tenant's machine) learns the kind of failure and the setting, and
+    the full message goes to the log (stderr) only."""
+    if isinstance(exc, OSError):
+        where = "in the store's folder (LNK_BUCKET_URL)" if backend == "file" else f"on the {backend} store"
+        return f"{type(exc).__name__}: {exc.strerror or 'failed'} {where}"
+    return f"{type(exc).__name__}: {_HOST_PATH.sub('<a host path>', str(exc))}"
 
 
 class Service:
@@ -103,7 +120,7 @@ class Service:
         except Exception as exc:  # noqa: BLE001 - any failure is this request's error reply
             log.error("request failed:\n%s", traceback.format_exc())
             unknown = store.writes > before
-            return error(f"internal error ({type(exc).__name__}: {exc}); {_outcome(unknown)}"), unknown
+            return error(f"internal error ({_described(exc, store.label)}); {_outcome(unknown)}"), unknown
 
     def handle(self, request: dict) -> Reply:
         op = request.get("op")

@@ -9,6 +9,7 @@ the drivers can never disagree on what a legal path or datum is.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -16,6 +17,8 @@ from .. import strict_json, validate
 from ..errors import CloudstoreError
 from ..validate import Agent, RequestError
 from .drivers import Contract
+
+log = logging.getLogger("cloudstore.bridge")
 
 FILE_PATH_OPS = frozenset({"file_read", "file_write", "file_remove", "file_append"})
 FILE_DATA_OPS = frozenset({"file_write", "file_append"})
@@ -80,10 +83,14 @@ def check_folders(agent_folder: str) -> None:
 
     Judged afresh on every call (lstat), because whoever writes the folder
     around them may swap one for a link at any time.
+    The reply names the folder by its role, never by its host path: the
+    agent who reads it has no business learning where the harness lives.
     """
-    for folder in (agent_folder, os.path.join(agent_folder, "chats")):
+    for folder, role in ((agent_folder, "the agent's folder"),
+                         (os.path.join(agent_folder, "chats"), "the agent's chats/ folder")):
         if os.path.islink(folder):
-            raise Refused(f"{folder} is a symbolic link")
+            log.warning("refused: %s is a symbolic link", folder)
+            raise Refused(f"{role} is a symbolic link; it is not followed")
 
 
 def check_call(request: dict[str, Any], proved: Agent, contract: Contract, agent_folder: str) -> None:

@@ -184,6 +184,7 @@ def test_symlinked_agent_folder_is_refused(rig, short_dir):
     os.symlink(folder + ".real", folder)
     reply = last(r.client())
     assert error_word(reply) == "refused" and "symbolic link" in reply["error"]
+    assert folder not in reply["error"] and str(short_dir) not in reply["error"]  # no host path to the agent
     assert r.records() == []
 
 
@@ -193,7 +194,9 @@ def test_symlinked_chats_folder_is_refused(rig, short_dir):
     os.rmdir(chats)
     os.mkdir(str(short_dir / "elsewhere"))
     os.symlink(str(short_dir / "elsewhere"), chats)
-    assert error_word(last(r.client())) == "refused"
+    reply = last(r.client())
+    assert error_word(reply) == "refused" and "chats/" in reply["error"]
+    assert str(short_dir) not in reply["error"], reply  # the role, not the host path (issue 25, case 7)
     assert r.records() == []
     os.unlink(chats)  # judged afresh each call: fixed, answered again
     os.mkdir(chats)
