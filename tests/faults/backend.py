@@ -12,6 +12,9 @@ What a plan can make happen (``Fault``):
   ``Transient``, nothing applied.
 * ``LOSE_REPLY``  - the store applies the request, then the reply is lost:
   raises ``Transient`` after applying (the write landed, the client can't know).
+* ``THROTTLE``    - the store refuses the request for its rate (GCS 429
+  ``rateLimitExceeded``, S3 503 ``SlowDown``): raises ``Throttled``, nothing
+  applied.
 * ``LAND_LATE``   - a write is held, the client gets ``Transient`` now, and the
   write lands later, when the test calls ``Limbo.land`` (after the client has
   retried, given up, or another machine has written).
@@ -31,7 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudstore.generations import Backend, Listed, PutMode, Transient, backend_label
+from cloudstore.generations import Backend, Listed, PutMode, Throttled, Transient, backend_label
 
 
 class Fault(enum.Enum):
@@ -39,6 +42,7 @@ class Fault(enum.Enum):
     FAIL_BEFORE = "fail_before"
     LOSE_REPLY = "lose_reply"
     LAND_LATE = "land_late"
+    THROTTLE = "throttle"
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,8 @@ class FaultyBackend:
             return run()
         if fault is Fault.FAIL_BEFORE:
             raise Transient(f"injected: {op} {key} failed before the store saw it")
+        if fault is Fault.THROTTLE:
+            raise Throttled(f"injected: {op} {key} refused for the rate")
         if fault is Fault.LOSE_REPLY:
             try:
                 run()

@@ -34,7 +34,7 @@ from cloudstore.service import Service
 from cloudstore.space import Space
 
 #: Retries that never sleep: the scheduler orders everything.
-POLICY = RetryPolicy(attempts=6, first_delay=0.0, max_delay=0.0, deadline=60.0)
+POLICY = RetryPolicy(attempts=6, first_delay=0.0, max_delay=0.0, deadline=60.0, throttle_delay=0.0)
 #: packing.PACK_MIN, PACK_MAX, and both of conversations' hint intervals (HINT_EVERY, PREFETCH_HINT_EVERY)
 PACKINGS = ((2, 2, 2), (2, 4, 4), (2, 8, 6), (4, 8, 8))
 

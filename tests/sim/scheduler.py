@@ -14,6 +14,9 @@ Faults: most requests go through; some fail (reads: before the store saw
 them; writes: before, after being applied with the reply lost, or held to
 land later); now and then a machine meets an *outage* (a run of failing
 requests long enough to exhaust its retries), so ops also end in errors.
+A machine may also meet a *throttle* (the cloud's rate limit: GCS 429, S3
+``SlowDown``), a run of requests refused before the store saw them, longer
+than the attempts a timeout may spend: the seam outlasts it.
 A machine whose write just failed often *pauses* for a few steps (and any
 machine now and then), so that another machine's op runs between a lost
 reply and its retry, or between a read and the write it decides.
@@ -54,6 +57,8 @@ class Knobs:
     outage_rate: float = 0.012  # a request starts an outage of this machine
     outage_length: tuple[int, int] = (6, 9)  # failing requests in a row: attempts=6 gives up
     land_rate: float = 0.05  # a step lands one held write instead
+    throttle_rate: float = 0.015  # a request starts a throttle of this machine (refused for the rate)...
+    throttle_length: tuple[int, int] = (1, 12)  # ...for this many requests in a row (past attempts=6)
     pause_after_fault: float = 0.5  # a machine whose write just failed pauses (others run before its retry)...
     pause_rate: float = 0.04  # ...and any machine now and then (a slow host, a GC pause)
     pause_steps: tuple[int, int] = (2, 14)  # for this many steps, while another machine can run
@@ -71,6 +76,7 @@ class Slot:
     grant: object | None = None
     call: Call | None = None
     outage: int = 0
+    throttled: int = 0  # requests of this machine still to be refused for the rate
     paused_until: int = 0
 
 
@@ -213,7 +219,12 @@ class Scheduler:
         rng, knobs = self.rng, self.knobs
         if slot.outage == 0 and rng.random() < knobs.outage_rate:
             slot.outage = rng.randint(*knobs.outage_length)
-        if slot.outage > 0:
+        if slot.outage == 0 and slot.throttled == 0 and rng.random() < knobs.throttle_rate:
+            slot.throttled = rng.randint(*knobs.throttle_length)
+        if slot.throttled > 0 and slot.outage == 0:
+            slot.throttled -= 1
+            fault = Fault.THROTTLE
+        elif slot.outage > 0:
             slot.outage -= 1
             fault = rng.choice(WRITE_FAULTS) if call.is_write else Fault.FAIL_BEFORE
         elif rng.random() < knobs.fault_rate:
@@ -225,7 +236,7 @@ class Scheduler:
             if call.is_write and rng.random() < knobs.pause_after_fault:
                 self._pause(slot)
         text = f"{describe(call, self.short)} -> {fault.value}"
-        reached = call.is_write and fault is not Fault.FAIL_BEFORE
+        reached = call.is_write and fault not in (Fault.FAIL_BEFORE, Fault.THROTTLE)
         self.history.events.append(Event(self.step, slot.name, "call", text, call.key, reached))
         return fault
 
