@@ -74,7 +74,10 @@ def without_lease(head: dict[str, Any]) -> dict[str, Any]:
 
 
 def epoch_of(head: dict[str, Any]) -> int:
-    return int(head.get("epoch", 0))
+    """The head's epoch.  The drivers ask it of heads ``checked`` already; a tool reading raw heads
+    (the admin's gc) gets 0 for one that holds no epoch in range, under which it judges nothing dead."""
+    epoch = head.get("epoch", 0)
+    return int(epoch) if stored.validate_int(epoch) and 0 <= epoch <= EPOCH_MAX else 0
 
 
 def packed_last(head: dict[str, Any]) -> int:
@@ -84,7 +87,8 @@ def packed_last(head: dict[str, Any]) -> int:
     """
     packed = head.get("packed")
     if isinstance(packed, dict) and packed.get("epoch") == epoch_of(head):
-        return int(packed.get("last", 0))
+        last = packed.get("last", 0)
+        return int(last) if stored.validate_int(last) and 0 <= last <= SEQ_MAX else 0
     return 0
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
 from . import stored, wake
@@ -152,12 +152,29 @@ class Claimed:
                 "recovered": self.recovered}
 
 
+@dataclass
+class _IndexSpace(Space):
+    """The toolkit the shared due index reads job records through: one that is no JSON reads as none.
+
+    The index reads the record behind an entry for EVERY agent's ``job_next``
+    and ``job_due``; a record that cannot be parsed must cost its own agent
+    its entry (an entry no record names: the index deletes it once stale),
+    never another agent an error reply.  ``waiting_of`` judges what parses.
+    """
+
+    def get_json(self, key: str, remember: bool = False) -> tuple[Object | None, Any]:
+        try:
+            return super().get_json(key, remember)
+        except (ValueError, RecursionError):  # JSONDecodeError, UnicodeDecodeError; nesting past the parser
+            return None, None
+
+
 class Jobs:
     """job_put, job_get, job_remove, job_list, job_count, job_shift, job_next, day and mark."""
 
     def __init__(self, space: Space) -> None:
         self.space = space
-        self.index = DueIndex(space)
+        self.index = DueIndex(_IndexSpace(**{f.name: getattr(space, f.name) for f in fields(space)}))
         # Called after a job enters waiting, with a name for it: this machine's sleeping runners claim
         # it at once (wake.py).  Not when one leaves it: nothing becomes due by that, and claims would
         # wake every runner.
@@ -220,7 +237,7 @@ class Jobs:
         # A put is most often of a new job id: its record is created without a read first (a
         # record already there costs the refused create, then the usual read and write).
         try:
-            old = self.space.update(key, change, cached=True, absent=True)
+            old = self._update(key, change, absent=True)
         except stored.Malformed:
             self.index.drop(entry)  # our own fresh entry (None outside waiting): no record will name it
             raise
@@ -231,11 +248,14 @@ class Jobs:
 
     def _read(self, keys: AgentKeys, key: str, remember: bool = False) -> dict[str, Any] | None:
         """The job record at ``key``, checked (``checked``)."""
-        try:
+        with stored.parsing(RECORD):
             _, record = self.space.get_json(key, remember=remember)
-        except ValueError:  # not JSON at all (json.JSONDecodeError, or bytes that are no UTF-8)
-            raise stored.Malformed(RECORD, "it is not JSON") from None
         return checked(keys, key, record)
+
+    def _update(self, key: str, change: Callable[[Any], tuple[Any, T]], absent: bool = False) -> T:
+        """``Space.update`` of a job record (from memory first); one that is no JSON is ``Malformed``."""
+        with stored.parsing(RECORD):
+            return self.space.update(key, change, cached=True, absent=absent)
 
     def get(self, agent: Agent, place: str, job_id: str) -> dict[str, Any] | None:
         keys = self.space.keys(agent)
@@ -260,7 +280,7 @@ class Jobs:
             # late (sent before, held in the network) would bring back a job removed since.
             return ({"places": places} if places else {"places": {}, "emptied": now}), old
 
-        old = self.space.update(key, change, cached=True)
+        old = self._update(key, change)
         if old is None:
             return False
         if place == WAITING:
@@ -308,7 +328,7 @@ class Jobs:
             return {"places": places}, (moved, replaced)
 
         try:
-            outcome = self.space.update(key, change, cached=True)
+            outcome = self._update(key, change)
         except stored.Malformed:
             self.index.drop(entry)  # our own fresh entry, if any: no record names it
             raise
@@ -367,7 +387,7 @@ class Jobs:
             places[FIRING] = {"job": moved["job"]}
             return {"places": places}, moved
 
-        moved = self.space.update(key, change, cached=True)
+        moved = self._update(key, change)
         if moved is None:
             self.space.defer(release)
             return Claimed(took, None, None)
@@ -380,10 +400,8 @@ class Jobs:
         keys = self.space.keys(agent)
 
         def parse(obj: Object) -> tuple[T, int | None, str | None]:
-            try:
+            with stored.parsing(RECORD):
                 record = checked(keys, None, json.loads(obj.data))
-            except ValueError:
-                raise stored.Malformed(RECORD, "it is not JSON") from None
             ids = {held["job"]["id"] for held in _places(record).values()}
             return keep(record), _emptied(record), next(iter(ids), None)  # type: ignore[arg-type]
 
@@ -434,12 +452,11 @@ class Jobs:
 
     def _small(self, key: str, kind: str) -> dict[str, Any] | None:
         """The mark or the day record: a JSON object, remembered for the next write."""
-        try:
+        with stored.parsing(kind):
             _, value = self.space.get_json(key, remember=True)
-        except ValueError:
-            raise stored.Malformed(kind, "it is not JSON") from None
         return None if value is None else stored.obj(value, kind)
 
     def set_day(self, agent: Agent, day: int, sent: int) -> None:
         """Conditional on the record read, so a write landing late cannot undo a newer one."""
-        self.space.update(self.space.keys(agent).day(), lambda _: ({"day": day, "sent": sent}, None), cached=True)
+        with stored.parsing("job day"):
+            self.space.update(self.space.keys(agent).day(), lambda _: ({"day": day, "sent": sent}, None), cached=True)

@@ -130,7 +130,7 @@ def translator(src_root: str, dst_root: str) -> Callable[[Key, bytes], bytes]:
             return raw  # a frame this code cannot reproduce: keep it (verification will say)
         try:
             record = json.loads(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             return raw
         if not isinstance(record, dict) or compact(record).encode("ascii") != payload:
             return raw
@@ -152,7 +152,7 @@ def refusal(root: str, key: Key, raw: bytes) -> str | None:
     _, _, payload = unframe(raw)
     try:
         record = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None  # no JSON: names no key (the drivers answer it as a malformed job record)
     places = record.get("places") if isinstance(record, dict) else None
     if not isinstance(places, dict):

@@ -49,10 +49,17 @@ def _paths(opened: Opened, agent: dict, keys: list[Key]) -> set[str]:
             part = "/".join(k.parts[4:])
             if part.startswith("~/"):
                 obj = opened.store.get(k.key, 8192)
-                if obj is not None:
-                    paths.add(json.loads(obj.data.partition(b"\n")[0])["path"])
+                try:
+                    header = None if obj is None else json.loads(obj.data.partition(b"\n")[0])
+                except (ValueError, RecursionError):
+                    header = None  # no file object a driver wrote: file_read answers it (as an error)
+                if isinstance(header, dict) and isinstance(header.get("path"), str):
+                    paths.add(header["path"])
             else:
-                paths.add(decode_path(part))
+                try:
+                    paths.add(decode_path(part))
+                except UnicodeDecodeError:
+                    continue  # a key no driver writes
     return paths
 
 
@@ -107,7 +114,13 @@ def due_consistency(opened: Opened, keys: list[Key]) -> list[str]:
     for k, obj in zip(jobs, parallel(lambda k: opened.store.get(k.key), jobs), strict=True):
         if obj is None:
             continue
-        waiting = json.loads(obj.data).get("places", {}).get("waiting")
+        try:
+            record = json.loads(obj.data)
+        except (ValueError, RecursionError):  # a record no driver wrote: the drivers answer it as malformed
+            out.append(f"{opened.url}: the job record {k.rel} is not JSON")
+            continue
+        places = record.get("places") if isinstance(record, dict) else None
+        waiting = places.get("waiting") if isinstance(places, dict) else None
         entry = waiting.get("entry") if isinstance(waiting, dict) else None
         if waiting is not None and entry not in present:
             out.append(f"{opened.url}: waiting job {k.rel} names the due entry {entry!r}, which is not there")
