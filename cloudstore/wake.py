@@ -9,27 +9,42 @@ datagram to every runner socket in a folder both know, and a sleeping runner
 wakes at once.
 
 A nudge may name what was put (``{"agent", "job", "due"}``, compact JSON).
-A runner takes a name only from a sender of its own user (or root), as the
-kernel tells it (``SO_PASSCRED``); any other datagram, or one it cannot read,
-means just "look now".  A named job due now is claimed at once, without the
-poll: the claim itself (``job_claim``) is the judge of whether it waits and
-is due, so a wrong name costs that one claim, never a wrong fire.  Nothing
-else in a datagram is trusted, and a runner looks at most once per
-``MIN_GAP`` however many nudges arrive.  A lost nudge (no folder, a full
-socket buffer, a runner started a moment later) costs only the poll
-interval.  Other machines' puts are found by the poll alone.
+A name is private (an agent's and a job's names): a driver sends it only to
+a socket owned by its own user or root (the socket file's owner, seen
+without following a link, and the very file it sends to), and only in a
+folder it can trust (below); every other runner socket gets an empty
+datagram, which says only "look now".  A runner takes a name only from a
+sender of its own user (or root), as the kernel tells it (``SO_PASSCRED``);
+any other datagram, or one it cannot read, means just "look now".  A named
+job due now is claimed at once, without the poll: the claim itself
+(``job_claim``) is the judge of whether it waits and is due, so a wrong name
+costs that one claim, never a wrong fire.  Nothing else in a datagram is
+trusted.  A runner looks at most once per ``MIN_GAP`` however many nudges
+arrive, and a nudge from another user (an untrusted sender) at most brings
+its next poll forward, once per ``poll_interval``: anyone on the machine may
+send them, so they must not multiply what the runner's polls cost.  A lost
+nudge (no folder, a full socket buffer, a runner started a moment later)
+costs only the poll interval.  Other machines' puts are found by the poll
+alone.
 
-The folder is ``LNK_WAKE_DIR`` (default ``/tmp/lnk-wake``), sticky and
-world-writable like ``/tmp``, because the drivers an agent's bridge starts
-may run as another user than the runner.  A runner binds
-``<folder>/<pid>-<random>.sock`` and removes it when it stops; drivers only
-ever ``sendto`` those sockets, never create or delete anything there.
+The folder is ``LNK_WAKE_DIR`` (default ``/tmp/lnk-wake``).  A runner uses
+it only when it is owned by root or by the runner's own user and, if group
+or others may write in it, sticky (as ``/tmp`` is: nobody removes or renames
+another's socket); otherwise it says so once on stderr and runs without
+nudges (its ``started`` event says ``nudges: false``).  A folder a runner
+makes is ``0755``: other users' drivers (the drivers an agent's bridge
+starts may run as another user than the runner) need only to list it and
+write to the runner's socket (``0622``), never to create anything there.
+A runner binds ``<folder>/<pid>-<random>.sock`` and removes it when it
+stops; drivers only ever ``sendto`` those sockets, never create or delete
+anything there.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import secrets
 import select
@@ -88,38 +103,95 @@ def wake_dir() -> str:
 
 
 def notify(folder: str | None = None, name: bytes = b"") -> int:
-    """Nudge every runner socket in ``folder`` (naming a put with ``encode_name``); how many took it.
-    Never raises: a nudge is a courtesy."""
+    """Nudge every runner socket in ``folder`` (naming a put with ``encode_name`` where the socket is
+    our own user's or root's); how many took it.  Never raises: a nudge is a courtesy."""
     try:
         return _nudge_all(folder or wake_dir(), forget_dead=False, payload=name)
     except OSError:
         return 0  # no folder: no runner on this machine
 
 
+def folder_refusal(info: os.stat_result, uid: int | None = None) -> str | None:
+    """Why a wake folder (its ``lstat``) can't be trusted by ``uid`` (default: ours), or None when it can.
+
+    Trusted: a real folder owned by root or ``uid``, and sticky when group or others may write in it,
+    so that nobody else can remove, rename or replace a socket in it after it was checked."""
+    me = os.geteuid() if uid is None else uid
+    if not stat.S_ISDIR(info.st_mode):
+        return "not a folder (or a symbolic link)"
+    if info.st_uid not in (0, me):
+        return f"owned by uid {info.st_uid}, neither root nor this user ({me})"
+    if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+        return f"writable by others and not sticky (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None
+
+
 def _nudge_all(folder: str, forget_dead: bool, payload: bytes = b"") -> int:
-    """Send ``payload`` (empty: "look now") to each socket in ``folder`` (the first ``MAX_SOCKETS``
-    entries); how many took it.  With ``forget_dead``, a socket nobody reads (its runner died without
-    closing) is removed."""
+    """Send to each socket in ``folder`` (the first ``MAX_SOCKETS`` entries); how many took it.
+
+    ``payload`` (a name) goes only to a socket owned by our user or root with no other link to it,
+    in a folder ``folder_refusal`` trusts; any other socket is sent an empty datagram ("look now"),
+    and what is not a socket (a symbolic link, a file) nothing.  The file checked is the file sent
+    to: it is opened without following a link (``O_PATH``) and sent to through that descriptor.
+    With ``forget_dead``, a socket of ours nobody reads (its runner died without closing) is removed."""
+    me = os.geteuid()
     sent = 0
-    with os.scandir(folder) as entries, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-        sock.setblocking(False)
-        for i, entry in enumerate(entries):
-            if i >= MAX_SOCKETS:
-                break
-            if not entry.name.endswith(SUFFIX):
-                continue
-            try:
-                sock.sendto(payload, entry.path)
-                sent += 1
-            except ConnectionRefusedError:
-                if forget_dead:
-                    try:
-                        os.unlink(entry.path)  # in a sticky folder only its owner (or root) can
-                    except OSError:
-                        pass
-            except OSError:
-                pass  # a full buffer (it is waking anyway), not a socket
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        private = bool(payload) and folder_refusal(os.fstat(dir_fd), me) is None
+        with os.scandir(dir_fd) as entries, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)
+            for i, entry in enumerate(entries):
+                if i >= MAX_SOCKETS:
+                    break
+                if not entry.name.endswith(SUFFIX):
+                    continue
+                try:
+                    with _Target(dir_fd, folder, entry.name) as target:
+                        if not stat.S_ISSOCK(target.info.st_mode):
+                            continue  # a link (never followed), a file: not a runner's
+                        ours = target.info.st_uid in (me, 0) and target.info.st_nlink == 1
+                        try:
+                            sock.sendto(payload if private and ours else b"", target.address)
+                            sent += 1
+                        except ConnectionRefusedError:
+                            if forget_dead and target.info.st_uid == me:
+                                try:
+                                    os.unlink(entry.name, dir_fd=dir_fd)
+                                except OSError:
+                                    pass
+                except OSError:
+                    pass  # a full buffer (it is waking anyway), gone meanwhile, not a socket
+    finally:
+        os.close(dir_fd)
     return sent
+
+
+class _Target:
+    """One entry of the wake folder as it is sent to: its ``lstat`` and an address naming that very file.
+
+    Where the system has ``O_PATH`` (Linux) the entry is opened without following a link and sent to
+    as ``/proc/self/fd/N``, so it cannot be swapped between the check and the send; elsewhere it is
+    ``lstat`` then sent to by path (the folder's own rules, sticky, keep others from swapping it)."""
+
+    def __init__(self, dir_fd: int, folder: str, name: str) -> None:
+        self.fd: int | None = None
+        o_path = getattr(os, "O_PATH", 0)
+        if o_path and os.path.isdir("/proc/self/fd"):
+            self.fd = os.open(name, o_path | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            self.info = os.fstat(self.fd)
+            self.address = f"/proc/self/fd/{self.fd}"
+        else:
+            self.info = os.lstat(name, dir_fd=dir_fd)
+            self.address = os.path.join(folder, name)
+
+    def __enter__(self) -> _Target:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class WakeListener:
@@ -128,54 +200,84 @@ class WakeListener:
     def __init__(self, folder: str | None = None) -> None:
         self.folder = folder or wake_dir()
         self.path: str | None = None
+        self.refused: str | None = None  # why this runner listens for no nudge, when it doesn't
         self._sock: socket.socket | None = None
         self._last = 0.0
+        self._last_untrusted = -math.inf  # when a stranger's nudge last woke us (monotonic)
         self._interrupted = threading.Event()  # wakes ``wait`` when there is no socket
+        self._pipe: tuple[int, int] | None = None  # and when there is one (never blocks, a flood or not)
         self._named: list[Named] = []  # names taken from nudges since the last ``take_names``
         self._plain = False  # and whether any nudge since said only "look now"
         try:
             _make_folder(self.folder)
+            refusal = folder_refusal(os.lstat(self.folder))
+            if refusal is not None:
+                self.refused = f"wake folder {self.folder} is {refusal}"
+                return
             _nudge_all(self.folder, forget_dead=True)  # and wake the live ones once: harmless
             path = os.path.join(self.folder, f"{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}")
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            sock.bind(path)
-            os.chmod(path, 0o622)  # drivers of other users may nudge; only we read
-            _pass_credentials(sock)
-            sock.setblocking(False)
-            self._sock, self.path = sock, path
-        except OSError:
-            self._sock = None  # no nudges: the runner still polls, only same-machine puts wait longer
+            try:
+                sock.bind(path)
+                os.chmod(path, 0o622)  # drivers of other users may nudge; only we read
+                _pass_credentials(sock)
+                sock.setblocking(False)
+                read, write = os.pipe()
+                os.set_blocking(read, False)
+                os.set_blocking(write, False)
+            except OSError:
+                sock.close()
+                raise
+            self._sock, self.path, self._pipe = sock, path, (read, write)
+        except OSError as exc:  # no nudges: the runner still polls, only same-machine puts wait longer
+            self._sock = None
+            self.refused = f"wake folder {self.folder}: {exc.strerror or exc}"
 
     @property
     def listening(self) -> bool:
         return self._sock is not None
 
-    def wait(self, timeout: float) -> bool:
-        """Sleep up to ``timeout`` seconds; True when nudged (all pending nudges are taken at once)."""
+    def wait(self, timeout: float, untrusted_every: float = 0.0) -> bool:
+        """Sleep up to ``timeout`` seconds; True when nudged (all pending nudges are taken at once).
+
+        A nudge from our own user or root wakes us (at most once per ``MIN_GAP``).  One that only
+        other users sent wakes us only if no such nudge did in the last ``untrusted_every`` seconds:
+        the runner gives it ``poll_interval``, so anyone's flood at most doubles its polls."""
         if self._sock is None:
             self._interrupted.wait(max(0.0, timeout))
             self._interrupted.clear()
             return False
-        gap = self._last + MIN_GAP - time.monotonic()
-        if gap > 0:  # a flood of nudges still leaves the runner its rest
-            time.sleep(min(gap, max(0.0, timeout)))
-            timeout -= gap
-        ready, _, _ = select.select([self._sock], [], [], max(0.0, timeout))
-        if not ready:
-            return False
-        self._drain()
-        self._last = time.monotonic()
-        return True
+        assert self._pipe is not None
+        end = time.monotonic() + max(0.0, timeout)
+        rest_until = self._last + MIN_GAP  # a flood of nudges still leaves the runner its rest
+        while True:
+            now = time.monotonic()
+            if rest_until > now:
+                time.sleep(max(0.0, min(rest_until, end) - now))
+            ready, _, _ = select.select([self._sock.fileno(), self._pipe[0]], [], [], max(0.0, end - time.monotonic()))
+            if not ready:
+                return False
+            woke = self._drain()
+            now = time.monotonic()
+            if woke == "stranger" and now - self._last_untrusted >= untrusted_every:
+                self._last_untrusted = now
+                self._plain = True
+                woke = "trusted"
+            if woke == "trusted":
+                self._last = now
+                return True
+            rest_until = now + MIN_GAP  # strangers' datagrams alone: drained at most this often
+            if now >= end:
+                return False
 
     def interrupt(self) -> None:
-        """Wake ``wait`` now (from another thread or a signal handler)."""
+        """Wake ``wait`` now (from another thread or a signal handler: never blocks)."""
         self._interrupted.set()
-        if self._sock is not None and self.path is not None:
+        if self._pipe is not None:
             try:
-                with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-                    s.sendto(b"", self.path)
+                os.write(self._pipe[1], b"\0")
             except OSError:
-                pass
+                pass  # full: a wake-up is pending already
 
     def take_names(self) -> tuple[list[Named], bool]:
         """The jobs nudges named since the last call, and whether any nudge named nothing (or too
@@ -184,15 +286,29 @@ class WakeListener:
         self._named, self._plain = [], False
         return named, plain
 
-    def _drain(self) -> None:
-        """Take every pending datagram: names from senders of our own user (or root), else "look now"."""
-        assert self._sock is not None
+    def _drain(self) -> str:
+        """Take every pending datagram: names from senders of our own user (or root), else "look now".
+
+        Which woke us: ``"trusted"`` (a datagram of our own user or root, or ``interrupt``), else
+        ``"stranger"`` (only other users' datagrams: not counted as "look now" here, ``wait`` judges
+        whether one may be), else ``""``."""
+        assert self._sock is not None and self._pipe is not None
+        woke = ""
+        try:
+            while os.read(self._pipe[0], 512):
+                woke, self._plain = "trusted", True
+        except OSError:  # BlockingIOError once nothing is left
+            pass
         while True:
             try:
                 data, ancillary, flags, _ = self._sock.recvmsg(NAME_MAX + 1, socket.CMSG_SPACE(_CREDENTIALS.size))
             except OSError:  # BlockingIOError once nothing is left
-                return
-            name = decode_name(data) if data and not flags & socket.MSG_TRUNC and _trusted(ancillary) else None
+                return woke
+            if not _trusted(ancillary):
+                woke = woke or "stranger"
+                continue
+            woke = "trusted"
+            name = decode_name(data) if data and not flags & socket.MSG_TRUNC else None
             if name is None or len(self._named) >= NAMES_MAX:
                 self._plain = True
             else:
@@ -202,6 +318,10 @@ class WakeListener:
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+        if self._pipe is not None:
+            for fd in self._pipe:
+                os.close(fd)
+            self._pipe = None
         if self.path is not None:
             try:
                 os.unlink(self.path)
@@ -211,8 +331,8 @@ class WakeListener:
 
 
 def _pass_credentials(sock: socket.socket) -> None:
-    """Have the kernel tell each sender's uid (``_trusted``); where it can't, names are never believed
-    and every nudge is a plain one, which still wakes the runner."""
+    """Have the kernel tell each sender's uid (``_trusted``); where it can't, no sender is trusted:
+    names are never believed, and every nudge is a stranger's, which still brings a poll forward."""
     try:
         if hasattr(socket, "SO_PASSCRED"):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
@@ -226,17 +346,23 @@ def _trusted(ancillary: list[tuple[int, int, bytes]]) -> bool:
         if level == socket.SOL_SOCKET and kind == getattr(socket, "SCM_CREDENTIALS", -1) \
                 and len(data) >= _CREDENTIALS.size:
             _, uid, _ = _CREDENTIALS.unpack(data[:_CREDENTIALS.size])
-            return uid in (os.getuid(), 0)
+            return uid in (os.geteuid(), 0)
     return False
 
 
 def _make_folder(folder: str) -> None:
-    """Create the folder sticky and world-writable (as /tmp is) if missing; refuse a link or a file."""
+    """Create the folder ``0755`` if missing (ours: others may list it and send, not create); refuse a
+    link or a file (``folder_refusal`` judges an existing folder)."""
     try:
         os.mkdir(folder, 0o700)
-        os.chmod(folder, 0o1777)
     except FileExistsError:
         pass
+    else:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, 0o755)  # whatever the umask: other users' drivers must reach our socket
+        finally:
+            os.close(fd)
     info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode):
         raise OSError(errno.ENOTDIR, f"{folder} is not a folder")

@@ -29,7 +29,9 @@ One pass of the loop (see ``scheduler`` for what it promises):
    nudge (``wake``: a driver on this machine put a job in waiting), whichever
    comes first.  A nudge naming a job of ours due now has it claimed at once,
    before any poll (the claim is the judge), so a job put due now on this
-   machine waits for one claim's two round trips; any other nudge polls.
+   machine waits for one claim's two round trips; any other nudge of our own
+   user (or root) polls, and one only other users sent brings the next poll
+   forward at most once a ``poll_interval`` (anyone may send them).
    Idle, a runner thus sends one request a ``poll_interval`` plus one
    recovery listing at most as often, whatever the number of agents;
    busy, still one poll a ``poll_interval``, however many jobs fall due.
@@ -158,6 +160,9 @@ class Runner:
                         self.recover(self.stores)  # all at once first: orphans of a runner that died before us
                         self._scan_at = time.monotonic() + self._scan_gap()
                         started = True
+                        refused = getattr(self.listener, "refused", None)
+                        if refused:  # once: the runner polls on without nudges
+                            log("wake_refused", runner=self.holder, reason=refused)
                         log("started", runner=self.holder, agents=[s.agent.wire() for s in self.stores],
                             nudges=self.listener.listening)
                     elif time.monotonic() >= self._scan_at:
@@ -212,7 +217,9 @@ class Runner:
         until = min(time.monotonic() + max(0.0, wake_at - time.time()), self._scan_at)
         left = until - time.monotonic()
         if left > 0 and not self._stop.is_set():
-            return self.listener.wait(left)
+            # Another user's nudge may bring the next poll forward once a poll interval, no more:
+            # anyone on the machine can send them, and each poll is a listing billed to us.
+            return self.listener.wait(left, untrusted_every=self.timing.look_interval)
         return False
 
     # -- claiming ------------------------------------------------------------
