@@ -271,7 +271,8 @@ def hostile_objects(h: Hostile, keys: AgentKeys, root: str, count: int) -> list[
     def add(kind: str, make: Callable[[], tuple[str, bytes]]) -> None:
         kinds.append((kind, make))
 
-    add("head", lambda: (keys.lease(t := thread()), h.payload(lambda: head(t))))
+    # hostile heads for half the threads only: behind a head that parses, events and blocks are read
+    add("head", lambda: (keys.lease(t := rng.choice(THREADS[:4])), h.payload(lambda: head(t))))
     add("event", lambda: (keys.event(thread(), epoch(), n := seq()), h.payload(lambda: event(n))))
     add("event_v03", lambda: (keys.event(thread(), epoch(), n := seq(), newest_first=False),
                               h.payload(lambda: event(n))))
@@ -312,6 +313,7 @@ class Driver:
         self.forbidden = [f for f in forbidden if f]
         self.seed = seed
         self.internal: list[str] = []
+        self.errors: dict[str, int] = {}  # what the hostile agent was answered, for a failure's report
         self.files_internal: list[str] = []  # files.py is issue 31's: reported there, printed here
 
     def __call__(self, agent: dict, op: str, **args: Any) -> dict:
@@ -325,6 +327,7 @@ class Driver:
         if reply.get("reply") == "error":
             assert set(reply) == {"reply", "error"} and isinstance(reply["error"], str), where
             assert agent is HOSTILE, f"{where}: an error for a victim"
+            self.errors[f"{op}: {reply['error'][:90]}"] = self.errors.get(f"{op}: {reply['error'][:90]}", 0) + 1
             if "internal error" in reply["error"]:
                 (self.files_internal if op.startswith("file_") else self.internal).append(where)
         else:
@@ -467,13 +470,14 @@ def admin(args: list[str], env: dict[str, str], seed: int, crashes: list[str]) -
     stopped = done.returncode == 1 and answer is None and last.startswith("lnk-store-admin: ")
     assert done.returncode in (0, 1) and (isinstance(answer, dict) or stopped), \
         f"seed {seed}: {args[0]}: exit {done.returncode}: {said[-3000:]}"
-    if stopped:  # it stopped with one line naming what it met (an agent's op answered an error)
-        crashes.append(f"seed {seed}: {args[0]} stopped: {last[:300]}")
+    if stopped:  # it stopped with one line naming what it met (an agent's op answered an error): no crash
+        print(f"seed {seed}: {args[0]} stopped: {last[:300]}")
         return {}
     return answer  # type: ignore[no-any-return]
 
 
-def test_hostile_objects_hurt_no_other_agent(store: Any, tmp_path: Any) -> None:
+def test_hostile_objects_hurt_no_other_agent(store_env: Any, tmp_path: Any) -> None:
+    store = store_env
     seed = int(os.environ.get("LNK_FUZZ_SEED", str(int.from_bytes(os.urandom(4), "big"))))
     print(f"hostile fuzz seed {seed} on {store.backend} (replay: LNK_FUZZ_SEED={seed})")
     rng = random.Random(seed)
@@ -518,6 +522,8 @@ def test_hostile_objects_hurt_no_other_agent(store: Any, tmp_path: Any) -> None:
             assert ask(victim, "file_write", path="skills/p0.md", data="dg==", version=0) == {
                 "reply": "stale", "version": 1}
         assert not ask.internal, f"seed {seed}: internal errors:\n" + "\n".join(ask.internal[:20])
+        for what, times in sorted(ask.errors.items()):
+            print(f"{times:4d} x {what}")
         for where in sorted(set(ask.files_internal))[:20]:
             print(f"file op answered an internal error (files.py, issue 31): {where}")
         assert ask.proc.alive()

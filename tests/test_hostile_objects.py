@@ -45,9 +45,10 @@ def plant(store_obj: Any, record_key: str, entry: str) -> None:
 
 
 @pytest.fixture
-def own(store: Any) -> Any:
-    """The store as the scheduler's own driver sees it (``job_claim`` answered)."""
-    return replace(store, env={**store.env, "LNK_SCHEDULER_OPS": "1"})
+def own(store_env: Any) -> Any:
+    """The store as the scheduler's own driver sees it (``job_claim`` answered); its settings in this
+    process's environment too, for reading the backend directly."""
+    return replace(store_env, env={**store_env.env, "LNK_SCHEDULER_OPS": "1"})
 
 
 @pytest.mark.parametrize("op", ["job_remove", "job_claim", "job_shift"])
@@ -87,12 +88,12 @@ def test_a_record_naming_another_agents_file_deletes_nothing_of_it(own: Any, op:
         assert ask(victim, "job_remove", place="waiting", id="j") == {"reply": "found", "found": True}
 
 
-def test_a_record_naming_another_jobs_entry_is_refused_too(store: Any) -> None:
+def test_a_record_naming_another_jobs_entry_is_refused_too(store_env: Any) -> None:
     """An entry of the agent's own OTHER job is no key of this job's: deleting it would lose that job's wake."""
-    loc = location_of(store)
+    loc = location_of(store_env)
     raw = open_store(loc)
     agent = fresh_agent()
-    with serving(store) as (proc,):
+    with serving(store_env) as (proc,):
         def ask(name: str, **args: Any) -> Any:
             return proc.request({"op": name, "agent": agent, **args}, timeout=60)
 
