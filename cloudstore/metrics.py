@@ -455,8 +455,16 @@ MAX_CONNECTIONS = 8
 READ_TIMEOUT = 3.0
 #: The longest request head read (request line and headers): a scrape's is a few hundred bytes.
 MAX_REQUEST_HEAD = 8 * 1024
-LISTEN_BACKLOG = 64
+# Connections the kernel completes and queues for us (they cost the process nothing there): room for a
+# flood of a thousand, so that a scraper's connection is queued behind it, not dropped and retried.
+LISTEN_BACKLOG = 1024
 ACCEPT_BATCH = 16  # accepts per turn of the loop, so reading the held connections is never starved
+# Connections accepted per second at most (and at once after a quiet spell): a flood that reopens
+# every connection closed could otherwise keep this thread accepting and closing, taking the
+# interpreter's time from the bridge's calls. Past it they wait in the listen backlog (then the
+# kernel drops their SYNs), costing the process nothing; a scrape a few seconds apart never meets it.
+ACCEPT_RATE = 1000.0
+ACCEPT_BURST = 32
 ACCEPT_BACKOFF = 0.1  # seconds accepting pauses when the process is out of descriptors
 _OUT_OF_ROOM = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
@@ -474,6 +482,9 @@ class Exporter:
       every one held is being answered, is itself closed at once;
     * each has ``read_timeout`` seconds to send its request head (at most
       ``MAX_REQUEST_HEAD`` bytes), and as long again to take the answer;
+    * at most ``ACCEPT_RATE`` connections are accepted a second, so that a
+      flood reopening every connection closed costs this thread a bounded
+      share of the interpreter, whatever its rate;
     * accepting pauses ``ACCEPT_BACKOFF`` s when the process is out of
       descriptors, instead of spinning on a listener that stays readable.
 
@@ -633,6 +644,8 @@ class _HttpLoop:
         self._conns: dict[socket.socket, _Conn] = {}  # insertion order: oldest accepted first
         self._paused_until: float | None = None  # accepting paused for want of descriptors
         self._logged_room = -1e9
+        self._tokens = float(ACCEPT_BURST)  # accepts allowed now (ACCEPT_RATE a second, ACCEPT_BURST at most)
+        self._filled = time.monotonic()
         self.accepted = 0
         self.evicted = 0  # closed to make room for a newer one
         self.refused = 0  # closed at once: every one held was being answered
@@ -682,7 +695,14 @@ class _HttpLoop:
         return max(0.0, soonest - now)
 
     def _accept(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(float(ACCEPT_BURST), self._tokens + (now - self._filled) * ACCEPT_RATE)
+        self._filled = now
         for _ in range(ACCEPT_BATCH):
+            if self._tokens < 1.0:  # the rest wait in the backlog until a token is due
+                self._sel.unregister(self.listener)
+                self._paused_until = now + (1.0 - self._tokens) / ACCEPT_RATE
+                return
             try:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -692,6 +712,7 @@ class _HttpLoop:
                     self._pause(exc)
                 return  # a connection aborted before accept, or worse: the next turn tries again
             self.accepted += 1
+            self._tokens -= 1.0
             sock.setblocking(False)
             if len(self._conns) >= self.most:
                 victim = next((c for c in self._conns.values() if c.state != _WRITING), None)
@@ -706,6 +727,9 @@ class _HttpLoop:
             conn = _Conn(sock, time.monotonic() + self.timeout)
             self._conns[sock] = conn
             self._sel.register(sock, selectors.EVENT_READ, conn)
+            # A scraper's request is usually in by the time it is accepted: read it now, so that it is
+            # answered before the next connection of a flood could take its place.
+            self._read(conn)
 
     def _pause(self, exc: OSError) -> None:
         """Out of descriptors: stop watching the listener for a moment (it stays readable; no spin)."""
