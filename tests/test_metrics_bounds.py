@@ -273,3 +273,20 @@ def test_a_request_head_over_its_bound_is_refused_and_other_paths_are_404() -> N
         assert head.startswith(b"HTTP/1.1 200 ") and head.endswith(b"\r\n\r\n"), head
     finally:
         exporter.stop()
+
+
+def test_the_bridge_keeps_the_exporters_descriptors_free_when_the_fd_limit_cuts_its_room() -> None:
+    """The descriptors the exporter may hold come out of what the gate may hold, not out of the reserve."""
+    from cloudstore.bridge.limits import Limits
+    from cloudstore.bridge.listener import fd_room
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        pytest.skip("no fd limit to cut the room")
+    exporter = metrics.Exporter(metrics.Collector(None), ("127.0.0.1", 0))
+    assert exporter.descriptors == metrics.MAX_CONNECTIONS + 1
+    unbounded = 10**9  # so the fd limit, not max_pending, decides
+    room = fd_room(Limits(max_pending=unbounded))[3]
+    kept = fd_room(Limits(max_pending=unbounded, reserved_fds=exporter.descriptors))[3]
+    assert room > exporter.descriptors + 8
+    assert kept <= room - exporter.descriptors + 2  # + what else opened or closed meanwhile
