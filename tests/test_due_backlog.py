@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from support import fresh_agent, service_of
+from support import BACKENDS, fresh_agent, make_store, service_of
 
 from cloudstore.generations import Overwrite
 from cloudstore.keys import AgentKeys, due_entry
@@ -82,8 +82,20 @@ def service(store_env: Any) -> Any:
     return service_of(store_env)
 
 
-def test_a_1970_backlog_of_another_agent_hides_no_due_job_and_costs_one_listing_a_poll(service: Any) -> None:
-    _plant(service, [float(i + 1) for i in range(FOREIGN)])  # due in 1970, an agent nobody serves
+@pytest.fixture(scope="module", params=BACKENDS)
+def in_1970(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One store per backend holding FOREIGN entries due in 1970 of an agent nobody serves (planted once)."""
+    store = make_store(request.param, request, tmp_path_factory)
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in store.env.items():
+            patch.setenv(key, value)
+        service = service_of(store)
+        _plant(service, [float(i + 1) for i in range(FOREIGN)])
+        yield service
+
+
+def test_a_1970_backlog_of_another_agent_hides_no_due_job_and_costs_one_listing_a_poll(in_1970: Any) -> None:
+    service = in_1970
     mine = Agent(**fresh_agent())
     now = time.time()
     service.jobs.put(mine, "waiting", {"id": "due-now", "spec": None, "due": now})
@@ -102,8 +114,8 @@ def test_a_1970_backlog_of_another_agent_hides_no_due_job_and_costs_one_listing_
     assert len(asker.calls) == 2  # and one sweep page per SWEEP_EVERY
 
 
-def test_a_job_put_due_long_ago_behind_a_1970_backlog_is_found_by_the_sweep(service: Any) -> None:
-    _plant(service, [float(i + 1) for i in range(FOREIGN)])
+def test_a_job_put_due_long_ago_behind_a_1970_backlog_is_found_by_the_sweep(in_1970: Any) -> None:
+    service = in_1970
     mine = Agent(**fresh_agent())
     now = time.time()
     service.jobs.put(mine, "waiting", {"id": "an-hour-late", "spec": None, "due": now - 3600})
