@@ -35,9 +35,12 @@ nudges (its ``started`` event says ``nudges: false``).  A folder a runner
 makes is ``0755``: other users' drivers (the drivers an agent's bridge
 starts may run as another user than the runner) need only to list it and
 write to the runner's socket (``0622``), never to create anything there.
-A runner binds ``<folder>/<pid>-<random>.sock`` and removes it when it
-stops; drivers only ever ``sendto`` those sockets, never create or delete
-anything there.
+A runner binds ``<folder>/<pid>-<random>.sock`` (``0622``: any user's
+driver may nudge it) and ``<pid>-<random>.own.sock`` (``0600``: only its
+own user's drivers, and root's, can write to it, so another user's flood
+never fills the queue our own user's nudges come through), and removes them
+when it stops; drivers only ever ``sendto`` those sockets, never create or
+delete anything there.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from typing import Any
 WAKE_DIR_SETTING = "LNK_WAKE_DIR"
 DEFAULT_WAKE_DIR = "/tmp/lnk-wake"
 SUFFIX = ".sock"
+OWN_SUFFIX = ".own" + SUFFIX  # a runner's socket only its own user (and root) may write to
 MIN_GAP = 0.05  # a runner polls at most this often however many nudges arrive
 MAX_SOCKETS = 256  # a driver nudges at most this many runners (a folder stuffed with files costs it nothing more)
 NAME_MAX = 2048  # bytes of a named nudge; a longer name is sent as a plain "look now"
@@ -127,44 +131,68 @@ def folder_refusal(info: os.stat_result, uid: int | None = None) -> str | None:
 
 
 def _nudge_all(folder: str, forget_dead: bool, payload: bytes = b"") -> int:
-    """Send to each socket in ``folder`` (the first ``MAX_SOCKETS`` entries); how many took it.
+    """Nudge each runner with a socket in ``folder`` (the first ``MAX_SOCKETS`` entries); how many took it.
 
-    ``payload`` (a name) goes only to a socket owned by our user or root with no other link to it,
-    in a folder ``folder_refusal`` trusts; any other socket is sent an empty datagram ("look now"),
-    and what is not a socket (a symbolic link, a file) nothing.  The file checked is the file sent
-    to: it is opened without following a link (``O_PATH``) and sent to through that descriptor.
-    With ``forget_dead``, a socket of ours nobody reads (its runner died without closing) is removed."""
+    A runner has two sockets: ``<base>.own.sock`` (``0600``: only its own user and root can write to
+    it, so another user's flood cannot fill it) and ``<base>.sock`` (``0622``: anyone's "look now").
+    A runner of our own user is nudged through the first, any other through the second (a runner of
+    an older version, with only the second, through that).  ``payload`` (a name) goes only to a
+    socket owned by our user or root with no other link to it, in a folder ``folder_refusal``
+    trusts; any other socket is sent an empty datagram ("look now"), and what is not a socket (a
+    symbolic link, a file) nothing.  With ``forget_dead``, the sockets of ours nobody reads (their
+    runner died without closing) are removed."""
     me = os.geteuid()
     sent = 0
     dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        private = bool(payload) and folder_refusal(os.fstat(dir_fd), me) is None
-        with os.scandir(dir_fd) as entries, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.setblocking(False)
+        named = payload if payload and folder_refusal(os.fstat(dir_fd), me) is None else b""
+        runners: dict[str, dict[bool, str]] = {}  # a runner's base name -> {own socket?: entry name}
+        with os.scandir(dir_fd) as entries:
             for i, entry in enumerate(entries):
                 if i >= MAX_SOCKETS:
                     break
-                if not entry.name.endswith(SUFFIX):
-                    continue
-                try:
-                    with _Target(dir_fd, folder, entry.name) as target:
-                        if not stat.S_ISSOCK(target.info.st_mode):
-                            continue  # a link (never followed), a file: not a runner's
-                        ours = target.info.st_uid in (me, 0) and target.info.st_nlink == 1
+                if entry.name.endswith(OWN_SUFFIX):
+                    runners.setdefault(entry.name[:-len(OWN_SUFFIX)], {})[True] = entry.name
+                elif entry.name.endswith(SUFFIX):
+                    runners.setdefault(entry.name[:-len(SUFFIX)], {})[False] = entry.name
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)
+            for names in runners.values():
+                outcome = ""
+                if True in names:  # its own user's socket: ours when we are that user
+                    outcome = _send(sock, dir_fd, folder, names[True], named, me, own=True)
+                if outcome == "" and False in names:
+                    outcome = _send(sock, dir_fd, folder, names[False], named, me, own=False)
+                sent += outcome == "sent"
+                if outcome == "dead" and forget_dead:
+                    for name in names.values():
                         try:
-                            sock.sendto(payload if private and ours else b"", target.address)
-                            sent += 1
-                        except ConnectionRefusedError:
-                            if forget_dead and target.info.st_uid == me:
-                                try:
-                                    os.unlink(entry.name, dir_fd=dir_fd)
-                                except OSError:
-                                    pass
-                except OSError:
-                    pass  # a full buffer (it is waking anyway), gone meanwhile, not a socket
+                            if os.lstat(name, dir_fd=dir_fd).st_uid == me:
+                                os.unlink(name, dir_fd=dir_fd)
+                        except OSError:
+                            pass
     finally:
         os.close(dir_fd)
     return sent
+
+
+def _send(sock: socket.socket, dir_fd: int, folder: str, name: str, payload: bytes, me: int, own: bool) -> str:
+    """Send to one entry of the folder: ``"sent"``, ``"dead"`` (nobody reads it), ``"failed"`` (a full
+    buffer: it is waking anyway; gone meanwhile), or ``""`` when it is not a socket to send to (then
+    a runner's other socket may be).  A runner's own-user socket is sent to only when we are that
+    user; ``payload`` only to a socket of our user or root with no other link to it.  The file
+    checked is the file sent to (``_Target``)."""
+    try:
+        with _Target(dir_fd, folder, name) as target:
+            if not stat.S_ISSOCK(target.info.st_mode) or (own and target.info.st_uid != me):
+                return ""  # a link (never followed), a file; another user's private socket
+            ours = target.info.st_uid in (me, 0) and target.info.st_nlink == 1
+            sock.sendto(payload if ours else b"", target.address)
+            return "sent"
+    except ConnectionRefusedError:
+        return "dead"
+    except OSError:
+        return "failed"
 
 
 class _Target:
@@ -195,13 +223,19 @@ class _Target:
 
 
 class WakeListener:
-    """A runner's socket in the wake folder: ``wait`` sleeps until a nudge, a timeout or ``interrupt``."""
+    """A runner's sockets in the wake folder: ``wait`` sleeps until a nudge, a timeout or ``interrupt``.
+
+    Two sockets: ``path`` (``<pid>-<random>.sock``, ``0622``: any user's driver may say "look now")
+    and ``own_path`` (the same with ``.own.sock``, ``0600``: our own user's drivers, and root's),
+    so that another user's flood, which fills the first one's queue, never crowds out our own
+    user's nudges and names."""
 
     def __init__(self, folder: str | None = None) -> None:
         self.folder = folder or wake_dir()
         self.path: str | None = None
+        self.own_path: str | None = None
         self.refused: str | None = None  # why this runner listens for no nudge, when it doesn't
-        self._sock: socket.socket | None = None
+        self._socks: list[socket.socket] = []
         self._last = 0.0
         self._last_untrusted = -math.inf  # when a stranger's nudge last woke us (monotonic)
         self._interrupted = threading.Event()  # wakes ``wait`` when there is no socket
@@ -215,27 +249,33 @@ class WakeListener:
                 self.refused = f"wake folder {self.folder} is {refusal}"
                 return
             _nudge_all(self.folder, forget_dead=True)  # and wake the live ones once: harmless
-            path = os.path.join(self.folder, f"{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}")
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            base = os.path.join(self.folder, f"{os.getpid()}-{secrets.token_hex(4)}")
             try:
-                sock.bind(path)
-                os.chmod(path, 0o622)  # drivers of other users may nudge; only we read
-                _pass_credentials(sock)
-                sock.setblocking(False)
+                # The own socket first: a driver that sees the other one finds it beside.
+                for path, mode in ((base + OWN_SUFFIX, 0o600), (base + SUFFIX, 0o622)):
+                    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                    self._socks.append(sock)
+                    sock.bind(path)
+                    if mode == 0o600:
+                        self.own_path = path
+                    else:
+                        self.path = path
+                    os.chmod(path, mode)  # 0622: drivers of other users may nudge; only we read
+                    _pass_credentials(sock)
+                    sock.setblocking(False)
                 read, write = os.pipe()
                 os.set_blocking(read, False)
                 os.set_blocking(write, False)
+                self._pipe = (read, write)
             except OSError:
-                sock.close()
+                self.close()
                 raise
-            self._sock, self.path, self._pipe = sock, path, (read, write)
         except OSError as exc:  # no nudges: the runner still polls, only same-machine puts wait longer
-            self._sock = None
             self.refused = f"wake folder {self.folder}: {exc.strerror or exc}"
 
     @property
     def listening(self) -> bool:
-        return self._sock is not None
+        return bool(self._socks)
 
     def wait(self, timeout: float, untrusted_every: float = 0.0) -> bool:
         """Sleep up to ``timeout`` seconds; True when nudged (all pending nudges are taken at once).
@@ -243,18 +283,18 @@ class WakeListener:
         A nudge from our own user or root wakes us (at most once per ``MIN_GAP``).  One that only
         other users sent wakes us only if no such nudge did in the last ``untrusted_every`` seconds:
         the runner gives it ``poll_interval``, so anyone's flood at most doubles its polls."""
-        if self._sock is None:
+        if not self._socks or self._pipe is None:
             self._interrupted.wait(max(0.0, timeout))
             self._interrupted.clear()
             return False
-        assert self._pipe is not None
+        watched = [sock.fileno() for sock in self._socks] + [self._pipe[0]]
         end = time.monotonic() + max(0.0, timeout)
         rest_until = self._last + MIN_GAP  # a flood of nudges still leaves the runner its rest
         while True:
             now = time.monotonic()
             if rest_until > now:
                 time.sleep(max(0.0, min(rest_until, end) - now))
-            ready, _, _ = select.select([self._sock.fileno(), self._pipe[0]], [], [], max(0.0, end - time.monotonic()))
+            ready, _, _ = select.select(watched, [], [], max(0.0, end - time.monotonic()))
             if not ready:
                 return False
             woke = self._drain()
@@ -292,42 +332,45 @@ class WakeListener:
         Which woke us: ``"trusted"`` (a datagram of our own user or root, or ``interrupt``), else
         ``"stranger"`` (only other users' datagrams: not counted as "look now" here, ``wait`` judges
         whether one may be), else ``""``."""
-        assert self._sock is not None and self._pipe is not None
+        assert self._pipe is not None
         woke = ""
         try:
             while os.read(self._pipe[0], 512):
                 woke, self._plain = "trusted", True
         except OSError:  # BlockingIOError once nothing is left
             pass
-        while True:
-            try:
-                data, ancillary, flags, _ = self._sock.recvmsg(NAME_MAX + 1, socket.CMSG_SPACE(_CREDENTIALS.size))
-            except OSError:  # BlockingIOError once nothing is left
-                return woke
-            if not _trusted(ancillary):
-                woke = woke or "stranger"
-                continue
-            woke = "trusted"
-            name = decode_name(data) if data and not flags & socket.MSG_TRUNC else None
-            if name is None or len(self._named) >= NAMES_MAX:
-                self._plain = True
-            else:
-                self._named.append(name)
+        for sock in self._socks:
+            while True:
+                try:
+                    data, ancillary, flags, _ = sock.recvmsg(NAME_MAX + 1, socket.CMSG_SPACE(_CREDENTIALS.size))
+                except OSError:  # BlockingIOError once nothing is left
+                    break
+                if not _trusted(ancillary):
+                    woke = woke or "stranger"
+                    continue
+                woke = "trusted"
+                name = decode_name(data) if data and not flags & socket.MSG_TRUNC else None
+                if name is None or len(self._named) >= NAMES_MAX:
+                    self._plain = True
+                else:
+                    self._named.append(name)
+        return woke
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        for sock in self._socks:
+            sock.close()
+        self._socks = []
         if self._pipe is not None:
             for fd in self._pipe:
                 os.close(fd)
             self._pipe = None
-        if self.path is not None:
-            try:
-                os.unlink(self.path)
-            except OSError:
-                pass
-            self.path = None
+        for path in (self.path, self.own_path):
+            if path is not None:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        self.path = self.own_path = None
 
 
 def _pass_credentials(sock: socket.socket) -> None:

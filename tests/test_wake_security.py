@@ -18,8 +18,9 @@ runs as root) and skip, saying so, otherwise.
   ``poll_interval``: seconds of a flood of empty datagrams cost a real
   runner (a file:// store, its own driver) about one extra ``job_due`` a
   poll interval, counted at its driver's client, not tens of them; our own
-  user's nudge still wakes it at once, and a stranger's full socket queue
-  cannot keep ``stop`` from waking it.
+  user's nudge still wakes it at once, name and all, even while the
+  stranger keeps the queue of the socket anyone may write to full, and that
+  full queue cannot keep ``stop`` from waking it.
 """
 
 from __future__ import annotations
@@ -265,6 +266,20 @@ def test_a_strangers_nudge_wakes_a_listener_once_a_gap_and_ours_at_once(shared: 
             ours.sendto(NAME, path)
         assert listener.wait(5.0, untrusted_every=1000.0), "our own user's nudge no longer wakes it"
         assert [n.job for n in listener.take_names()[0]] == ["payroll-2026-12"]
+    finally:
+        listener.close()
+
+
+def test_a_strangers_full_queue_does_not_crowd_out_our_own_users_name(shared: Path) -> None:
+    """The stranger fills the queue of the socket anyone may write to; our own user's driver still
+    reaches the runner, name and all (through the socket only our user and root may write to)."""
+    listener = WakeListener(str(shared / "wake"))
+    assert listener.listening and listener.path is not None
+    try:
+        stranger_sends(listener.path, 0)  # until the queue is full
+        assert notify(listener.folder, NAME) == 1, "our own user's nudge was not taken"
+        assert listener.wait(5.0)
+        assert [n.job for n in listener.take_names()[0]] == ["payroll-2026-12"], "the name was crowded out"
     finally:
         listener.close()
 
