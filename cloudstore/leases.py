@@ -60,7 +60,12 @@ class Leases:
         other takers, so only writes decided on a head READ count as lost.
         """
         keys = self.space.keys(agent)
-        lost_once = [False]
+        # The lapsed lease a write decided on a head READ tried to take over.  When that write
+        # loses, what won is judged by the head read again: the same lapsed lease still there
+        # means the winner was no take (a hint moved, a removal rolled forward), so take it again;
+        # any other lease is another taker's (or its holder's renew): held, however its times look
+        # by our clock, so that two takers never both take over one lapsed lease.
+        tried: list[tuple[Any, Any, Any] | None] = [None]
         rounds = [0]
 
         def change(head: dict[str, Any]) -> tuple[Any, tuple[str, str | None]]:
@@ -70,11 +75,14 @@ class Leases:
             if has_lease(head):
                 if head["holder"] == holder:
                     return {**head, "renewed": now}, ("took", None)
-                if lost_once[0] or not lapsed(head, lapse_ms, now):
+                lease = (head["holder"], head.get("started"), head.get("renewed"))
+                if not lapsed(head, lapse_ms, now) or tried[0] is not None and lease != tried[0]:
                     return KEEP, ("held", str(head["holder"]))
-                lost_once[0] = from_read
+                if from_read:
+                    tried[0] = lease
                 return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, ("lapsed", None)
-            lost_once[0] = from_read
+            if from_read:
+                tried[0] = (None, None, None)  # no lease was there: any lease found after losing is a taker's
             return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, ("took", None)
 
         return self.heads.update(keys, thread, change, cached=guess, absent=guess)
