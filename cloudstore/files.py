@@ -47,7 +47,17 @@ from typing import Any, TypeGuard, TypeVar
 
 from . import metrics
 from .cache import Bounded
-from .generations import HISTORY, AlreadyExists, Create, Listed, Object, PreconditionFailed, Update, backoff_sleep, frame
+from .generations import (
+    HISTORY,
+    AlreadyExists,
+    Create,
+    Listed,
+    Object,
+    PreconditionFailed,
+    Update,
+    backoff_sleep,
+    frame,
+)
 from .keys import AgentKeys
 from .space import CAS_ROUNDS, KEEP, Contention, Space
 from .validate import FILE_MAX, FILES_MAX, Agent, RequestError, compact
@@ -153,7 +163,7 @@ class Files:
             if written.version is not None:  # a listing then knows a hashed path without a read
                 self.space.remember_seen(key, written.version, 0, (_live(new_header), path))
             if obj is None:  # an agent's first file: its ledger, so its first listing costs no reads
-                self.space.defer(lambda: self._ledger(keys))
+                self.space.defer(lambda: self._make_ledger(keys))
             return result
         raise Contention(f"gave up after {CAS_ROUNDS} lost compare-and-set rounds on one object")
 
@@ -262,6 +272,10 @@ class Files:
         facts: Facts = {k: (str(v[0]), bool(v[1]), str(v[2])) for k, v in record["before"].items()}
         self._ledgers.put(keys.base, facts, len(raw) * 4)
         return facts
+
+    def _make_ledger(self, keys: AgentKeys) -> None:
+        """``_ledger`` for its making alone (work left for after a reply)."""
+        self._ledger(keys)
 
     def _ledger(self, keys: AgentKeys) -> Facts:
         """The agent's ledger, made when it has none: every file object it holds, read once, by version.
