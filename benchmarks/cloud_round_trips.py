@@ -3,7 +3,7 @@
 
     python benchmarks/cloud_round_trips.py [--rtt-ms 20] [--repeats 5] [--quick]
         [--events 1000] [--big-events 10000 | --skip-big] [--agents 200]
-        [--appends 30] [--backends moto,gcs]
+        [--appends 30] [--files 100] [--big-files 4096] [--backends moto,gcs]
 
 For each backend (S3 on moto's server, GCS on fake-gcs-server, both started
 here as processes) a ``FaultProxy`` (tests/faults/http_proxy.py) sits between
@@ -25,6 +25,12 @@ proxy in the same run:
   against the emulator, without the proxy's latency)  vs one GET as big;
 * ``job_next`` with ``--agents`` agents each holding a waiting job, fresh
   process and then the same process again  vs one LIST of 16 keys;
+* ``file_list`` of a folder of ``--files`` files and as many tombstones, and
+  (``file_list big``) of ``--big-files``, 4,096 (the contract's limit), and
+  as many, fresh process  vs the raw
+  SDK listing every key under the folder (all its pages); filled straight
+  against the emulator through the seam, in parallel, with the bodies the
+  driver writes (a driver of the older layout: its bodies);
 * ``call`` mode: one ``lnk-bucket-store call`` / ``lnk-gcs call`` process
   answering ``file_read``  vs a fresh ``python -c`` importing the SDK, making
   a client and making one GET.
@@ -75,7 +81,10 @@ TIMEOUT = 300.0
 
 #: The figures' names, in the order printed (the smoke test looks for each).
 FIGURES = ("append p50", "last, fresh", "read first=1", "read last 10", "read first=1 big",
-           "job_next, fresh", "job_next, warm", "call file_read")
+           "job_next, fresh", "job_next, warm", "file_list", "file_list big", "call file_read")
+#: The folder of the file_list figures, and the most files a folder may hold (the contract's FILES_MAX).
+FILES_FOLDER = "skills"
+FILES_MAX = 4096
 
 
 def progress(text: str) -> None:
@@ -151,6 +160,13 @@ class RawSDK:
             return self.client.get_object(Bucket=self.bucket_name, Key=key)["Body"].read()
         return self.bucket.blob(key).download_as_bytes()
 
+    def list_all(self, prefix: str) -> int:
+        """Every key under ``prefix``, all pages (the driver's listing of a folder, raw)."""
+        if self.backend.name == "moto":
+            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket_name, Prefix=prefix)
+            return sum(len(page.get("Contents", [])) for page in pages)
+        return len(list(self.client.list_blobs(self.bucket_name, prefix=prefix)))
+
     def list16(self, prefix: str) -> int:
         if self.backend.name == "moto":
             return len(self.client.list_objects_v2(Bucket=self.bucket_name, Prefix=prefix, MaxKeys=16)
@@ -173,6 +189,51 @@ c._bucket_metadata_cache = None
 c.bucket(sys.argv[1]).blob(sys.argv[2]).download_as_bytes()
 """,
 }
+
+
+# A folder of files and as many tombstones, written straight through the seam (in parallel, without a
+# driver's op per file) with the bodies the driver under test writes: this layout's (``files.body``), or
+# the older layout's when PYTHONPATH holds an older cloudstore.  The first file is the driver's own op, so
+# the agent has what its first file gives it (this layout: the ledger).
+FILL_FILES = """
+import base64, json, os, sys
+from concurrent.futures import ThreadPoolExecutor
+from cloudstore import files
+from cloudstore.generations import Create
+from cloudstore.service import Service
+from cloudstore.settings import open_store, parse_location
+from cloudstore.space import Space
+from cloudstore.validate import Agent
+
+setting, count, folder, agent = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
+loc = parse_location(setting, os.environ[setting], ("gs", "s3", "file"))
+service = Service(Space(open_store(loc), loc.prefix))
+live = [f"{folder}/live/{i:05d}.md" for i in range(count)]
+gone = [f"{folder}/gone/{i:05d}.md" for i in range(count)]
+first = service.answer({"op": "file_write", "agent": agent, "path": live[0], "data": "eA==", "version": 0})
+assert first == {"reply": "wrote", "version": 1}, first
+keys = service.space.keys(Agent(id=agent["id"], owner=agent["owner"]))
+make = getattr(files, "body", None)
+
+def put(path, removed):
+    header = {"v": 2, "path": path, "gone": True} if removed else {"v": 1, "path": path}
+    data = b"" if removed else ("# " + path + "\\n").encode()
+    payload = make(header, data, Create().lineage) if make else files._join(header, data)
+    service.space.store.put(keys.file(path), payload, Create())
+
+with ThreadPoolExecutor(16) as pool:
+    list(pool.map(lambda item: put(*item), [(p, False) for p in live[1:]] + [(p, True) for p in gone]))
+"""
+
+
+def fill_files(backend: Backend, env: dict[str, str], agent: dict, count: int) -> None:
+    """``count`` files and ``count`` tombstones of ``agent`` under ``FILES_FOLDER`` (see ``FILL_FILES``)."""
+    start = time.monotonic()
+    argv = [sys.executable, "-c", FILL_FILES, backend.setting, str(count), FILES_FOLDER, json.dumps(agent)]
+    done = subprocess.run(argv, env=driver_env(env), capture_output=True, timeout=3600)
+    if done.returncode != 0:
+        raise RuntimeError(f"filling {count} files exited {done.returncode}: {done.stderr.decode()[-1500:]}")
+    progress(f"{backend.name}: {count} files and {count} tombstones written in {time.monotonic() - start:.0f} s")
 
 
 # -- measuring
@@ -408,6 +469,10 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
         via_big = proxy.redirect(direct_big)
         threads.append((direct_big, f"conv-{big}", big))
     fill_all(program, direct, threads, tb, args.agents)
+    file_counts = [args.files] + ([] if args.skip_big else [args.big_files])
+    file_agents = {count: {"id": f"files-{count}", "owner": "bench"} for count in file_counts}
+    for count in file_counts:
+        fill_files(backend, direct, file_agents[count], count)
     raw = RawSDK(backend, proxy.url, em.env, em.bucket)
     size = event_size(tb)
     raw_prefix = f"raw-{uuid.uuid4().hex[:8]}/"
@@ -510,6 +575,27 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
     rows.append(Row("job_next, fresh", next_fresh, "1 LIST, 16 keys", listing, f"{args.agents} agents"))
     rows.append(Row("job_next, warm", next_warm, "1 LIST, 16 keys", listing, "2nd job_next, same process"))
 
+    # file_list from fresh processes, beside the raw listing of the folder's keys
+    from cloudstore.keys import AgentKeys
+
+    for count in file_counts:
+        progress(f"{backend.name}: file_list of {count} files and {count} tombstones (fresh processes x{reps})")
+        agent = file_agents[count]
+
+        def expect_files(reply: dict, count: int = count) -> None:
+            if len(reply.get("files", [])) != count:
+                raise RuntimeError(f"file_list answered {len(reply.get('files', []))} files, expected {count}")
+
+        listed = fresh(proxy, program, via, {"op": "file_list", "agent": agent, "folder": FILES_FOLDER}, reps,
+                       expect_files)
+        folder_prefix = AgentKeys(f"{prefix}/", agent["owner"], agent["id"]).folder(FILES_FOLDER)
+        with no_latency(proxy):
+            if raw.list_all(folder_prefix) != 2 * count:
+                raise RuntimeError(f"the raw listing of {folder_prefix} does not hold {2 * count} keys")
+        rows.append(Row("file_list" if count == file_counts[0] else "file_list big", listed,
+                        f"LIST all, {2 * count} keys", raw_sample(lambda p=folder_prefix: raw.list_all(p), reps),
+                        f"{count} files + {count} tombstones"))
+
     # call mode: one process per request, against a bare SDK in a fresh python
     progress(f"{backend.name}: call mode x{reps}")
     calls = Sample()
@@ -569,6 +655,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-big", action="store_true", help="leave out the big conversation (quick does)")
     parser.add_argument("--agents", type=int, default=200, help="agents holding a waiting job, for job_next")
     parser.add_argument("--text-bytes", type=int, default=200, help="bytes of text in each event")
+    parser.add_argument("--files", type=int, default=100, help="files (and as many tombstones) of file_list")
+    parser.add_argument("--big-files", type=int, default=FILES_MAX,
+                        help="files (and as many tombstones) of file_list big (left out with --skip-big)")
     parser.add_argument("--backends", default="moto,gcs", help="comma-separated: moto, gcs")
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no big conversation")
     parser.add_argument("--show-requests", action="store_true", help="print each counted request on stderr")
@@ -585,6 +674,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args.backend_names = names
     if args.events < 10 or args.repeats < 1 or args.appends < 1 or args.agents < 1:
         parser.error("--events must be at least 10; --repeats, --appends and --agents at least 1")
+    if not (1 <= args.files <= FILES_MAX and 1 <= args.big_files <= FILES_MAX) or args.files == args.big_files:
+        parser.error(f"--files and --big-files must be from 1 to {FILES_MAX}, and differ")
     return args
 
 

@@ -40,7 +40,7 @@ def test_cloud_round_trips_prints_every_figure():
     bench = load_benchmark()
     # Every figure, the big conversation included (70 events: past one 64-event segment), on both backends.
     argv = [sys.executable, SCRIPT, "--rtt-ms", "0", "--repeats", "1", "--appends", "2", "--events", "20",
-            "--big-events", "70", "--agents", "3", "--backends", "moto,gcs"]
+            "--big-events", "70", "--agents", "3", "--files", "5", "--big-files", "12", "--backends", "moto,gcs"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=150, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
