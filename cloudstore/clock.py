@@ -20,6 +20,20 @@ machine S seconds off is corrected to within the interval's width: at most
 the resolution plus one round trip (about 1 s on S3 and GCS, a few
 milliseconds on a folder), whatever S is.  Two machines then judge one
 lease within twice that of each other.
+
+No single reply moves it.  A reply whose interval disagrees with the
+estimate (one front-end or proxy with a wrong clock, one reply dated an hour
+ahead) is set aside as an outlier; the estimate starts again only when
+``RESTART_AFTER`` disagreeing replies agree among themselves and span
+``RESTART_SPAN`` seconds of local time (a clock that really stepped), and
+any reply that agrees with the estimate again clears them.
+
+Judgments that destroy or take something (a lease lapsed, a removed epoch
+old enough to purge, an orphan due entry, a tombstone) use ``earliest``: the
+least store time that any plausible reading allows (this process's own
+clock, the estimate, and the replies set aside lately), so that a wrong
+clock can delay a deletion or a takeover, never bring one forward.  Times
+written (a lease's renewal, a removal's time) use ``now``, the estimate.
 """
 
 from __future__ import annotations
@@ -41,6 +55,12 @@ def probe_by_reading(get: Callable[[str], object]) -> Callable[[], None]:
     return probe
 
 
+RESTART_AFTER = 5  # disagreeing replies, agreeing among themselves, before the estimate starts again
+RESTART_SPAN = 2.0  # ... received over at least this many seconds of local time (no single op spans it)
+OUTLIERS_KEPT = 16  # replies set aside, at most
+OUTLIER_MEMORY = 60.0  # seconds (local) a reply set aside still counts in ``earliest``
+
+
 class StoreClock:
     """This process's best knowledge of the store's time, from its replies."""
 
@@ -48,6 +68,7 @@ class StoreClock:
         self._probe = probe  # makes one cheap request that observes, when nothing has yet
         self._low: float | None = None
         self._high: float | None = None
+        self._outliers: list[tuple[float, float, float]] = []  # (low, high, received) set aside
         self._lock = threading.Lock()
 
     def observe(self, sent: float, received: float, store_time: float, resolution: float) -> None:
@@ -55,10 +76,28 @@ class StoreClock:
         ``store_time`` (to within ``resolution`` above it)."""
         low, high = store_time - received, store_time + resolution - sent
         with self._lock:
-            if self._low is None or self._high is None or low > self._high or high < self._low:
-                self._low, self._high = low, high  # first evidence, or a clock jumped: start again
-            else:
+            if self._low is None or self._high is None:
+                self._low, self._high = low, high  # first evidence
+            elif low <= self._high and high >= self._low:
                 self._low, self._high = max(self._low, low), min(self._high, high)
+                self._outliers.clear()  # the estimate holds: what was set aside was an outlier
+            else:
+                self._set_aside(low, high, received)
+
+    def _set_aside(self, low: float, high: float, received: float) -> None:
+        """An interval that disagrees with the estimate: kept aside; the estimate starts again from
+        the newest disagreeing replies only when enough of them agree, over long enough."""
+        self._outliers = [*self._outliers[-(OUTLIERS_KEPT - 1):], (low, high, received)]
+        agree_low, agree_high, first = low, high, received
+        count = 0
+        for o_low, o_high, o_received in reversed(self._outliers):
+            if o_low > agree_high or o_high < agree_low:
+                break
+            agree_low, agree_high, first = max(agree_low, o_low), min(agree_high, o_high), o_received
+            count += 1
+        if count >= RESTART_AFTER and received - first >= RESTART_SPAN:
+            self._low, self._high = agree_low, agree_high  # a clock really stepped: start again
+            self._outliers.clear()
 
     def observe_http_date(self, sent: float, received: float, date: str | None) -> None:
         """The same, from an HTTP ``Date`` header (whole seconds); ignored when absent or malformed."""
@@ -90,3 +129,17 @@ class StoreClock:
     def now_ms(self) -> int:
         """The store's time now, in whole milliseconds since 1970."""
         return int(self.now() * 1000)
+
+    def earliest(self) -> float:
+        """The least store time now that any plausible reading allows: this process's own clock,
+        the estimate, and each reply set aside within ``OUTLIER_MEMORY``.  For judging that
+        something is old enough to delete or take over: a wrong clock then only delays it."""
+        offset = self.offset
+        local = time.time()
+        with self._lock:
+            aside = [o_low for o_low, _, received in self._outliers if local - received <= OUTLIER_MEMORY]
+        return local + min([0.0, offset, *aside])
+
+    def earliest_ms(self) -> int:
+        """``earliest`` in whole milliseconds."""
+        return int(self.earliest() * 1000)

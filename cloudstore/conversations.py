@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -107,7 +108,7 @@ class ThreadMemory:
 
     epoch: int
     last: int
-    confirmed: float  # store time of the head read this memory stands on
+    confirmed: float  # local monotonic time of the head read this memory stands on: no clock estimate moves it
     recent: dict[int, str] = field(default_factory=dict)  # seq -> event JSON
     newest_first: bool = True  # its keys' layout (keys.py): False for conversations 0.3.0 began
 
@@ -200,7 +201,7 @@ class Conversations:
             return head
 
         for _ in range(EPOCH_ROUNDS):
-            confirmed = self.clock.now()
+            confirmed = time.monotonic()
             newest, head = self.space.together(lambda: self._newest(keys, thread), head_then)
             epoch = epoch_of(head)
             mem = self.memory.get(prefix)
@@ -229,7 +230,7 @@ class Conversations:
     def _trusted(self, keys: AgentKeys, thread: str, seq: int) -> ThreadMemory | None:
         """What this process remembers of the conversation, if recent enough to append ``seq`` on."""
         mem = self.memory.get(keys.thread(thread))
-        if mem is None or mem.last != seq - 1 or self.clock.now() - mem.confirmed > TRUST_SECONDS:
+        if mem is None or mem.last != seq - 1 or time.monotonic() - mem.confirmed > TRUST_SECONDS:
             return None
         return mem
 

@@ -135,7 +135,7 @@ class DueIndex:
         """
         listed = self.space.store.list(self.root, start_after=self.root + after if after else None, limit=limit)
         found: list[DueEntry] = []
-        now_store = self.space.store.clock.now()
+        now_store = self.space.store.clock.earliest()  # an orphan is judged old by the least plausible age
         reads = 0
         for item in listed:
             entry = parse_entry(item.key[len(self.root):])
@@ -191,7 +191,7 @@ class DueIndex:
                     if due_in_range(due):
                         return due
                     continue  # a record no validated write made: garbage, passed over
-                if self.space.store.clock.now() - item.modified < GRACE:
+                if self.space.store.clock.earliest() - item.modified < GRACE:
                     return entry.due
                 self.drop(item.key)
                 dropped = True

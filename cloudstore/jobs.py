@@ -197,7 +197,7 @@ class Jobs:
 
     def _sweep(self, listed: list[Listed], emptied: list[int | None]) -> None:
         """Delete the records a listing found empty for over TOMBSTONE_MS, each only at the version listed."""
-        now = self.space.store.clock.now_ms()
+        now = self.space.store.clock.earliest_ms()  # judged old by the least plausible age
         for item, when in zip(listed, emptied, strict=False):
             if when is not None and now - when > TOMBSTONE_MS:
                 try:

@@ -71,12 +71,12 @@ class Leases:
         def change(head: dict[str, Any]) -> tuple[Any, tuple[str, str | None]]:
             rounds[0] += 1
             from_read = not (guess and rounds[0] == 1)
-            now = self.clock.now_ms()
+            now = self.clock.now_ms()  # what is written; lapse is judged by the earliest plausible time
             if has_lease(head):
                 if head["holder"] == holder:
                     return {**head, "renewed": now}, ("took", None)
                 lease = (head["holder"], head.get("started"), head.get("renewed"))
-                if not lapsed(head, lapse_ms, now) or tried[0] is not None and lease != tried[0]:
+                if not lapsed(head, lapse_ms, self.clock.earliest_ms()) or tried[0] is not None and lease != tried[0]:
                     return KEEP, ("held", str(head["holder"]))
                 if from_read:
                     tried[0] = lease
@@ -114,7 +114,7 @@ class Leases:
                 thread = stored.text(stored.obj(head, HEAD).get("thread"), HEAD, "its thread")
                 stored.expect(keys.lease(thread) == item.key, HEAD, "it is of another conversation")
                 checked(thread, head)
-        now = self.clock.now_ms()
+        now = self.clock.earliest_ms()  # "lapsed" as a take would judge it
         out = [
             {
                 "thread": head["thread"],

@@ -35,7 +35,8 @@ from .heads import Heads, epoch_of, packed_last, without_lease
 from .keys import AgentKeys, EpochKeys
 from .space import KEEP, Contention, Space
 
-#: How long a process trusts its memory of a conversation's epoch without reading the head (store time).
+#: How long a process trusts its memory of a conversation's epoch without reading the head (local monotonic
+#: seconds: a purge is judged by the earliest plausible store time, 90 s on, so no clock fault overlaps them).
 TRUST_SECONDS = 30.0
 #: When a removed epoch's events may go: past any trusted memory, with the clocks' bound to spare.
 PURGE_AFTER_MS = 90_000
@@ -79,7 +80,7 @@ class Removals:
             if record.get("fence") is None:
                 self._fence(EpochKeys(keys, thread, epoch, self.layout(keys, thread, epoch)),
                             int(record.get("known", 0)))
-            elif int(record["at"]) <= self.store.clock.now_ms() - PURGE_AFTER_MS:
+            elif int(record["at"]) <= self.store.clock.earliest_ms() - PURGE_AFTER_MS:  # never early
                 self._purge(EpochKeys(keys, thread, epoch, self.layout(keys, thread, epoch)), int(record["fence"]))
 
     def _fence(self, at: EpochKeys, known: int) -> None:

@@ -118,7 +118,7 @@ def _parse(data: bytes) -> Any:
 def judge(opened: Opened, policy: Policy | None = None) -> Plan:
     """Read the store and decide; writes nothing."""
     policy = policy or Policy()
-    now = (policy.now or opened.store.clock.now)()
+    now = (policy.now or opened.store.clock.earliest)()  # doomed by the least plausible age only
     plan = Plan()
     keys = list_all(opened)
     heads = [k for k in keys if k.kind == "head"]
