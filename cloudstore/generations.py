@@ -272,11 +272,17 @@ def unframe(raw: bytes) -> tuple[str, tuple[str, ...], bytes]:
     if raw.startswith(_MAGIC) and raw[head : head + 1] == b" ":
         end = raw.find(b"\n", head)
         if end > 0:
-            chain = raw[head + 1 : end].decode("ascii", "replace")  # a foreign byte there is no tag of ours
-            nonce = raw[len(_MAGIC) : head].decode("ascii", "replace")
+            try:
+                chain = raw[head + 1 : end].decode("ascii")
+                nonce = raw[len(_MAGIC) : head].decode("ascii")
+            except UnicodeDecodeError:  # a header holding bytes no frame of ours holds: foreign bytes
+                return "", (UNKNOWN,), raw
             return nonce, tuple(chain.split(",")) if chain else (), raw[end + 1 :]
     if raw.startswith(_OLD_MAGIC) and raw[head : head + 1] == b"\n":
-        return raw[len(_MAGIC) : head].decode("ascii", "replace"), (UNKNOWN,), raw[head + 1 :]
+        try:
+            return raw[len(_MAGIC) : head].decode("ascii"), (UNKNOWN,), raw[head + 1 :]
+        except UnicodeDecodeError:
+            return "", (UNKNOWN,), raw
     return "", (UNKNOWN,), raw
 
 
