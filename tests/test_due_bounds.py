@@ -150,4 +150,5 @@ def test_a_record_with_a_due_out_of_range_is_passed_over_by_job_next(store_env) 
     assert early in (5, 10)
     later = fresh.space.store.clock.now() + 600
     fresh.space.store.clock.now = lambda: later  # type: ignore[method-assign]
+    fresh.space.store.clock.earliest = lambda: later  # type: ignore[method-assign]
     assert fresh.jobs.next() == 10

@@ -100,7 +100,7 @@ def _run(args: argparse.Namespace) -> int:
         from . import inspect
 
         try:
-            report = inspect.inspect(open_url(args.url), lapse_ms=args.lapse_ms)
+            report = inspect.inspect(open_url(args.url), lapse_ms=args.lapse_ms, show_progress=True)
         except OpError as exc:
             _say(args, str(exc))
             return 1
