@@ -42,6 +42,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, TypeGuard, TypeVar
 
@@ -59,7 +60,7 @@ from .generations import (
     frame,
 )
 from .keys import AgentKeys
-from .space import CAS_ROUNDS, KEEP, Contention, Space
+from .space import CAS_ROUNDS, KEEP, Contention, ContextPool, Space
 from .validate import FILE_MAX, FILES_MAX, Agent, RequestError, compact
 
 T = TypeVar("T")
@@ -130,6 +131,7 @@ class Files:
         self.space = space
         self.store = space.store
         self._ledgers: Bounded[str, Facts] = Bounded(LEDGER_BUDGET)
+        self._making = threading.Lock()
 
     @staticmethod
     def _next_version(header: dict[str, Any] | None) -> int:
@@ -287,11 +289,18 @@ class Files:
         after the listing that made the ledger is of this layout (only drivers
         of this layout write once a ledger exists): its size says its state.
         """
-        known = self._ledger_known(keys)
-        if known is not None:
-            return known
+        with self._making:  # one maker at a time in a process: the others then find it made
+            known = self._ledger_known(keys)
+            if known is not None:
+                return known
+            return self._made(keys)
+
+    def _made(self, keys: AgentKeys) -> Facts:
         listed = self.store.list(keys.files())
-        objects = self.space.get_many([item.key for item in listed], head=HEADER_MAX)
+        # A pool of its own: a maker may itself run on the space's pool (a writer there), whose tasks
+        # must never wait on tasks of that pool.
+        with ContextPool(max_workers=16) as pool:
+            objects = list(pool.map(lambda item: self.store.get(item.key, HEADER_MAX), listed))
         base = keys.files()
         before: dict[str, list[Any]] = {}
         for item, obj in zip(listed, objects, strict=True):
