@@ -43,9 +43,11 @@ What is promised
       the lapse, before any other runner can judge it lapsed.  This assumes
       the machines' clocks agree to well within lapse/3 (the store judges a
       lapse by the clock of the driver that takes) and that the command
-      leaves nothing running in the background when it exits.  A runner
-      process that dies takes its command with it (``setpriv --pdeathsig``,
-      where present), as a machine that dies would.
+      starts nothing outside its process group (what it leaves in the
+      group when it exits is killed).  A runner
+      process that dies takes its command's whole process group with it
+      (its fire watcher kills it, even after a SIGKILL), as a machine that
+      dies would.
     * A command that fails or times out counts as fired: it is not retried.
     * Lateness: a job whose due a runner already knows is claimed at its due
       with three requests (take, shift, read back); a job put due now while

@@ -15,15 +15,26 @@ for its driver, and a job's command has no business with them.  It gets only
 config names in ``fire_pass_env``, the fixed values of ``fire_env``, and the
 job's ``LNK_*`` variables, in that order (later ones win).
 
-It runs in a session (process group) of its own, so the whole group can be
-killed: past ``timeout`` (SIGTERM, then SIGKILL after ``GRACE``), or at once
-when the claim is lost or fenced (``stop`` answers why).  On Linux, when
-``setpriv`` is present, the command is started with ``--pdeathsig KILL`` so it
-dies with its runner, even one killed with SIGKILL (what it starts in turn is
-not covered); that keeps "never by two machines at once" true also for a
-runner process that dies on a machine that lives on.  The kernel sends it
-when the THREAD that started the command ends, so commands are started only
-from the runner's worker threads, which live as long as the runner.
+It runs in a session (process group) of its own, and the fire IS that
+group: it is killed whole past ``timeout`` (SIGTERM, then SIGKILL after
+``GRACE``), at once when the claim is lost or fenced (``stop`` answers why),
+and when the command exits, what it left running in its group is killed (a
+fire that has ended leaves nothing behind).  So that it also dies with its
+runner, even one killed with SIGKILL (which no handler sees), each group is
+registered with the runner's fire watcher (``fire_watch.py``, one process per
+runner): when the runner's end closes the watcher's pipe, the watcher kills
+every group still registered, within milliseconds.  That keeps "never by two
+machines at once" true for a runner process that dies on a machine that
+lives on, also for a shell line whose shell forks, a command that ignores
+SIGTERM and what it starts in its group.  What a command moves into a new
+session or group of its own (``setsid``, a daemon) is beyond any of this.
+
+Between the start of a command and its registration (a few microseconds) a
+runner's death is covered by the parent-death signal: on Linux, when
+``setpriv`` is present, the command is started with ``--pdeathsig KILL``.  The
+kernel sends it when the THREAD that started the command ends, so commands
+are started only from the runner's worker threads, which live as long as the
+runner.
 """
 
 from __future__ import annotations
@@ -76,6 +87,54 @@ class FireResult:
     duration: float  # seconds until it was reaped
     killed: str | None  # "timeout", "fenced", "lost", or None
     error: str | None = None  # why it could not start
+
+
+class FireWatcher:
+    """The runner's link to its fire watcher process: groups registered while their fire runs.
+
+    Started on first use and shared by every ``FireCommand`` of the process.
+    The pipe's write end is held by this process only (not inheritable), so
+    its end, however it comes, is the watcher's end of file.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._pipe: Any = None
+
+    def _start(self) -> None:
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fire_watch.py")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", script],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,  # not in the runner's group: a kill of that group leaves it to clean up
+            close_fds=True,
+        )
+        self._pipe = self._proc.stdin
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            if self._pipe is None or (self._proc is not None and self._proc.poll() is not None):
+                self._start()
+            try:
+                self._pipe.write(line.encode("ascii"))
+                self._pipe.flush()
+            except OSError:  # the watcher died: a new one, told again
+                self._start()
+                self._pipe.write(line.encode("ascii"))
+                self._pipe.flush()
+
+    def add(self, pgid: int) -> None:
+        """Kill group ``pgid`` if this process ends before ``remove``."""
+        self._send(f"+{pgid}\n")
+
+    def remove(self, pgid: int) -> None:
+        """Group ``pgid``'s leader has been reaped: nothing to do for it any more."""
+        self._send(f"-{pgid}\n")
+
+
+WATCHER = FireWatcher()
 
 
 def _death_prefix() -> list[str]:
@@ -193,19 +252,32 @@ class FireCommand:
             )
         except OSError as exc:
             return FireResult(started, None, time.monotonic() - clock, None, str(exc))
+        try:
+            WATCHER.add(proc.pid)
+        except OSError:
+            pass  # no watcher (cannot start a process): the parent-death signal still covers the command
         threading.Thread(target=_feed, args=(proc, spec), daemon=True).start()
-        killed = self._wait(proc, clock, stop)
+        try:
+            killed = self._wait(proc, clock, stop)
+        finally:
+            if proc.returncode is None:  # this thread is being torn down: take the group with it
+                _kill_group(proc, signal.SIGKILL)
+                proc.wait()
+            try:
+                WATCHER.remove(proc.pid)
+            except OSError:
+                pass
         return FireResult(started, proc.returncode, time.monotonic() - clock, killed)
 
     def _wait(self, proc: subprocess.Popen, clock: float, stop: Callable[[], str | None]) -> str | None:
         """Reap the command; why it was killed, if it was."""
         deadline, terminated = clock + self.timeout, False
         while True:
-            try:
-                proc.wait(POLL)
+            if _exited(proc, POLL):
+                # Before reaping it (while its pid still names its group): what it left running goes too.
+                _kill_group(proc, signal.SIGKILL)
+                proc.wait()
                 return "timeout" if terminated else None
-            except subprocess.TimeoutExpired:
-                pass
             why = stop()
             if why is not None:
                 _kill_group(proc, signal.SIGKILL)
@@ -218,6 +290,32 @@ class FireCommand:
                     return "timeout"
                 _kill_group(proc, signal.SIGTERM)
                 terminated, deadline = True, time.monotonic() + GRACE
+
+
+def _exited(proc: subprocess.Popen, timeout: float) -> bool:
+    """Whether the command has exited within ``timeout`` s, leaving it unreaped (a zombie) where possible.
+
+    Unreaped, its pid cannot be reused, so its group can still be killed by
+    that number.  Without ``os.waitid`` it is reaped here (``Popen.wait``).
+    """
+    if not hasattr(os, "waitid"):
+        try:
+            proc.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+    end, delay = time.monotonic() + timeout, 0.0005
+    while True:
+        try:
+            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:  # reaped already (by Popen's own poll)
+            return True
+        remaining = end - time.monotonic()
+        if remaining <= 0:
+            return False
+        delay = min(delay * 2, remaining, 0.05)
+        time.sleep(delay)
 
 
 def _feed(proc: subprocess.Popen, data: bytes) -> None:
