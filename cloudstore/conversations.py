@@ -200,6 +200,7 @@ class Conversations:
                 on_head(head)
             return head
 
+        seen: set[tuple[int, str]] = set()  # (head's epoch, why read again): the same every round is no race
         for _ in range(EPOCH_ROUNDS):
             confirmed = time.monotonic()
             newest, head = self.space.together(lambda: self._newest(keys, thread), head_then)
@@ -207,6 +208,8 @@ class Conversations:
             mem = self.memory.get(prefix)
             same = mem is not None and mem.epoch == epoch
             found = None if newest is None else conversation_key(newest.key[len(prefix):])
+            if newest is not None and found is None:  # never transient: no driver writes such a key there
+                raise stored.Malformed(EVENT, "a key below the conversation is no event's nor block's")
             item: Listed | None = None
             newest_first = True
             if found is not None and not found.newest_first:  # 0.3.0 began it: list the epoch from the hint
@@ -216,15 +219,19 @@ class Conversations:
             elif found is None or found.kind != "event" or found.epoch < epoch:
                 last = 0  # no event in this epoch at the listing's moment
             elif found.epoch > epoch:
+                seen.add((epoch, "an event key of an epoch past its head's"))
                 continue  # removed since the head was read
             else:
                 last, item = found.seq, newest
             if self._fenced(item):
+                seen.add((epoch, "a fence as the newest event of its head's epoch"))
                 continue  # removed between the head and the listing: the head says so now
             keep = mem.recent if same else {}  # type: ignore[union-attr]
             mem = ThreadMemory(epoch, last, confirmed, keep, newest_first)
             self.memory.put(prefix, mem, mem.size)
             return mem
+        if len(seen) == 1:  # every round met the same head and the same stray key: no removal racing us
+            raise stored.Malformed(EVENT, next(iter(seen))[1])
         raise Contention("the conversation kept being removed while it was read; read again")
 
     def _trusted(self, keys: AgentKeys, thread: str, seq: int) -> ThreadMemory | None:
