@@ -544,7 +544,7 @@ def test_the_hostile_objects_are_of_one_agent_only(tmp_path: Any) -> None:
     """The fuzz's own promise: every key it plants is below the hostile agent's folder or its due entries."""
     root = "pre/"
     hkeys = AgentKeys(root, HOSTILE["owner"], HOSTILE["id"])
-    planted = hostile_objects(Hostile(random.Random(1), [root + "a/x/y"], root), hkeys, root, 2000)
+    planted = hostile_objects(Hostile(random.Random(1), [root + "a/x/y"], root), hkeys, root, 600)
     for key, _ in planted:
         assert key.startswith(hkeys.base) or key.startswith(root + "_due/") and f"/{hkeys.due_token()}/" in key
     assert any(key.startswith(hkeys.hashed_files()) for key, _ in planted)  # a hashed path's key is in play
