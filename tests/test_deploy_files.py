@@ -526,11 +526,138 @@ def test_unit_runs_its_console_script_hardened(unit_name, script):
         assert var in defined, f"{unit_name} uses ${var}, which cloudstore.env.example does not set"
 
 
+def writable_paths(unit: dict) -> list[str]:
+    return " ".join(unit["Service"].get("ReadWritePaths", [])).split()
+
+
 def test_bridge_unit_can_write_its_harness_folder():
     unit = parse_unit(DEPLOY / "systemd" / "lnk-store-bridge.service")
     harness = flag_value(exec_start(unit), "--harness")
-    assert harness and harness in " ".join(unit["Service"]["ReadWritePaths"]).split()
+    assert harness and harness in [p.lstrip("-") for p in writable_paths(unit)]
     assert flag_value(exec_start(unit), "--driver")
+
+
+def readme_steps() -> list[str]:
+    """The shell lines of deploy/README.md's systemd steps (its first indented block there)."""
+    text = (DEPLOY / "README.md").read_text()
+    section = text[text.index("## systemd\n"):]
+    lines = section.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("    "))
+    block = []
+    for line in lines[first:]:
+        if not line.startswith("    "):
+            break
+        block.append(line.strip())
+    return block
+
+
+@pytest.mark.parametrize("unit_name", sorted(UNITS))
+def test_a_folder_in_read_write_paths_exists_or_may_be_missing(unit_name):
+    """Issue 29, item 1: systemd fails a unit whose ReadWritePaths= folder is missing (226/NAMESPACE).
+
+    Every entry is either made by the README's steps (``useradd --create-home``
+    for the home folder, ``install -d``) or carries the ``-`` prefix."""
+    steps = readme_steps()
+    made = set()
+    for line in steps:
+        argv = shlex.split(line.split("#", 1)[0]) if line else []
+        if argv[:1] == ["useradd"] and ({"-m", "--create-home"} & set(argv)):
+            made.add(flag_value(argv, "--home-dir") or flag_value(argv, "-d"))
+        if argv[:2] == ["install", "-d"]:
+            made.update(a for a in argv[2:] if a.startswith("/"))
+    for path in writable_paths(parse_unit(DEPLOY / "systemd" / unit_name)):
+        assert path.startswith("-") or path in made, f"{unit_name}: ReadWritePaths={path} may not exist"
+    harness = flag_value(exec_start(parse_unit(DEPLOY / "systemd" / "lnk-store-bridge.service")), "--harness")
+    assert harness in made, "the steps do not make the bridge's --harness folder"
+
+
+EXAMPLES = {"bridge-agents.json": "LNK_BRIDGE_CONFIG", "scheduler.json": "LNK_SCHEDULER_CONFIG"}
+
+
+def test_the_steps_install_every_file_the_units_read():
+    """Issue 29, item 2: both config files ship, and the steps put them where cloudstore.env says."""
+    env = parse_env_file(ENV_EXAMPLE)
+    steps = " ".join(readme_steps())
+    for name, setting in EXAMPLES.items():
+        assert (DEPLOY / "systemd" / name).is_file()
+        assert f"deploy/systemd/{name} {env[setting]}" in steps, f"the steps do not install {name} at {env[setting]}"
+    assert "deploy/systemd/cloudstore.env.example /etc/cloudstore/cloudstore.env" in steps
+    for unit_name in UNITS:
+        assert unit_name in steps or "deploy/systemd/*.service" in steps
+
+
+def test_example_bridge_config_passes_the_bridges_schema():
+    from cloudstore.bridge.cli import config_agents
+
+    agents = config_agents(str(DEPLOY / "systemd" / "bridge-agents.json"))
+    assert agents
+    harness = flag_value(exec_start(parse_unit(DEPLOY / "systemd" / "lnk-store-bridge.service")), "--harness")
+    steps = readme_steps()
+    for agent in agents:  # its key and folder are under the harness folder, made by the steps
+        for path in (agent["key_file"], agent["folder"]):
+            assert path.startswith(harness + "/"), path
+        assert any(agent["key_file"] in line for line in steps), f"the steps make no {agent['key_file']}"
+        assert any(line.startswith("install -d") and agent["folder"] in line for line in steps)
+
+
+def test_example_scheduler_config_passes_the_schedulers_checks(tmp_path):
+    """Through the runner's own loader (schema and start-up checks); only the fire program is stubbed."""
+    from cloudstore.scheduling.config import load
+
+    raw = json.loads((DEPLOY / "systemd" / "scheduler.json").read_text())
+    stub = tmp_path / "fire-job"
+    stub.write_text("#!/bin/sh\n")
+    stub.chmod(0o755)
+    assert isinstance(raw["fire"], list)
+    raw["fire"] = [str(stub)] + raw["fire"][1:]
+    copy = tmp_path / "scheduler.json"
+    copy.write_text(json.dumps(raw))
+    driver = parse_env_file(ENV_EXAMPLE)["LNK_STORE_DRIVER"]
+    settings = load(["--config", str(copy), "--driver", driver])
+    assert settings.agents and settings.fire_timeout == raw["fire_timeout"]
+
+
+def test_both_units_share_one_wake_folder_named_in_the_env_file():
+    """Issue 29, item 3: PrivateTmp= gives each unit its own /tmp, so the default /tmp/lnk-wake never
+    joined the bridge's drivers to the runners. One RuntimeDirectory under /run, in both units and in
+    LNK_WAKE_DIR, kept while either unit runs."""
+    env = parse_env_file(ENV_EXAMPLE)
+    folders = set()
+    for unit_name in UNITS:
+        service = parse_unit(DEPLOY / "systemd" / unit_name)["Service"]
+        assert len(service.get("RuntimeDirectory", [])) == 1, unit_name
+        folders.add(service["RuntimeDirectory"][0])
+        assert service.get("RuntimeDirectoryPreserve") == ["yes"], f"{unit_name}: a stop would remove it"
+        mode = int(service.get("RuntimeDirectoryMode", ["0755"])[0], 8)
+        assert not mode & 0o022, "a runner refuses a wake folder others may write in unless sticky"
+        assert service["User"] == parse_unit(DEPLOY / "systemd" / "lnk-store-bridge.service")["Service"]["User"]
+    assert len(folders) == 1
+    assert env.get("LNK_WAKE_DIR") == "/run/" + folders.pop()
+
+
+def test_stop_reaches_the_main_process_only_and_waits_out_a_fire():
+    """Issue 29, item 4: KillMode=mixed (a fire under way is finished, not SIGTERMed with its runner),
+    and the scheduler's TimeoutStopSec covers the example's fire_timeout, the grace to SIGKILL and a finish."""
+    from cloudstore.scheduling.fire import GRACE
+
+    for unit_name in UNITS:
+        assert parse_unit(DEPLOY / "systemd" / unit_name)["Service"].get("KillMode") == ["mixed"], unit_name
+    service = parse_unit(DEPLOY / "systemd" / "lnk-cloud-scheduler.service")["Service"]
+    timeout = service["TimeoutStopSec"][0]
+    assert timeout.endswith("s") and timeout[:-1].isdigit(), timeout
+    fire_timeout = json.loads((DEPLOY / "systemd" / "scheduler.json").read_text())["fire_timeout"]
+    assert int(timeout[:-1]) >= fire_timeout + GRACE + 10
+    assert f"fire_timeout ({fire_timeout} s" in (DEPLOY / "systemd" / "lnk-cloud-scheduler.service").read_text()
+
+
+def test_deploy_readme_cost_is_the_schedulers():
+    """Issue 29, item 5: the scheduler lists the due index once a poll_interval for all agents;
+    deploy/README once said it read each agent's job_mark every 0.25 s."""
+    text = (DEPLOY / "README.md").read_text()
+    assert "job_mark" not in text and "mark_interval" not in text and "350,000" not in text
+    readme = (ROOT / "README.md").read_text()
+    assert "$0.30 to $0.36 a day per runner" in readme and "$0.30 to $0.36 a day per runner" in text
+    assert "every `poll_interval` (2 s)" in text
 
 
 def program_help(script: str) -> subprocess.CompletedProcess:

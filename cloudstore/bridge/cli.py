@@ -28,6 +28,7 @@ import argparse
 import logging
 import os
 import signal
+import stat
 import sys
 import threading
 from collections.abc import Sequence
@@ -199,6 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         driver_env.setdefault(jsonlog.FORMAT_SETTING, "json")  # one stream of JSON lines: the drivers' stderr is ours
     if exporter is not None:
         driver_env.update(exporter.driver_env)
+    problem = harness_problem(args.harness)
+    if problem is not None:
+        log.error("cannot start: %s", problem)
+        return _stopped(exporter, 1)
     bridge = StoreBridge(args.harness, agents, args.driver, driver_env, limits)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -208,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             exporter.start()
         bridge.start()
     except Exception as exc:
-        log.error("cannot start: %s", exc)
+        log.error("cannot start: %s", start_error(exc, bridge.socket_path))
         return _stopped(exporter, 1)
     try:
         while not stop.wait(3600):
@@ -217,6 +222,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         bridge.stop()
         _stopped(exporter, 0)
     return 0
+
+
+def harness_problem(harness: str) -> str | None:
+    """Why the ``--harness`` folder cannot hold the socket, naming it; None when it can be tried.
+
+    Checked before anything starts: the socket's bind would say only
+    ``[Errno 2] No such file or directory``, naming no path.
+    """
+    try:
+        info = os.stat(harness)
+    except FileNotFoundError:
+        return f"the harness folder {harness!r} (--harness) does not exist: make it, or give the right one"
+    except OSError as exc:
+        return f"the harness folder {harness!r} (--harness): {exc.strerror or exc}"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"the harness folder {harness!r} (--harness) is not a folder"
+    return None
+
+
+def start_error(exc: BaseException, socket_path: str) -> str:
+    """``exc`` as the operator needs it: an OSError that names no file gets the socket's path."""
+    if isinstance(exc, OSError) and exc.filename is None and exc.strerror:
+        return f"{exc.strerror} (errno {exc.errno}) at the socket {socket_path!r} (--harness)"
+    return str(exc)
 
 
 def _stopped(exporter: metrics.Exporter | None, code: int) -> int:
