@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A proved call at the store bridge while idle TCP connections hold its metrics port (issue 25, item 4).
 
-    python benchmarks/metrics_flood.py [--idle 1000] [--calls 300] [--scrapes 20]
+    python benchmarks/metrics_flood.py [--idle 1000] [--calls 300] [--scrapes 20] [--bridge-fd-limit N]
 
 The bridge runs as its own process (``lnk-store-bridge --metrics-port 0``)
 over a tiny serve driver written here (it answers ``done`` to every line), so
@@ -16,8 +16,11 @@ what is measured is the bridge, not a store. Two phases:
    closed to make room for the flood's newest), and the bridge's threads and
    open descriptors, sampled between calls.
 
-Before the bounds (one thread per connection, no timeout, no cap) the flood
-phase left the bridge without descriptors and the proved calls unanswered.
+``--bridge-fd-limit`` sets the bridge's RLIMIT_NOFILE (systemd's default
+soft limit is 1,024). Before the bounds (one thread per connection, no
+timeout, no cap; run with ``PYTHONPATH`` at an older tree) the flood took
+a thread and a descriptor per connection, and at the fd limit the proved
+calls got no reply: the phase then ends after 3 calls without one.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable
 
 from cloudstore.bridge import SOCKET_NAME, BridgeClient
 
@@ -144,6 +148,8 @@ def timed_calls(client: BridgeClient, pid: int, n: int, pause: float = 0.0) -> t
     answers: Counter = Counter()
     threads = fds = 0
     for i in range(n):
+        if answers.get("no reply (TimeoutError)", 0) >= 3:
+            break  # the bridge answers no more: 3 are enough to say so
         time.sleep(pause)
         start = time.perf_counter()
         try:
@@ -160,23 +166,37 @@ def timed_calls(client: BridgeClient, pid: int, n: int, pause: float = 0.0) -> t
 
 
 def scrapes(port: int, n: int) -> tuple[list[float], int]:
-    """``n`` scrapes of /metrics, each tried until answered: latency (ms) and the tries that failed."""
+    """``n`` scrapes of /metrics, each tried until answered: latency (ms) and the tries that failed.
+
+    Ends early once 5 tries in all have failed: an endpoint that answers none is said so in a minute.
+    """
     times: list[float] = []
     failed = 0
     for _ in range(n):
         start = time.perf_counter()
-        for _attempt in range(50):
+        while failed < 5:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as got:
                     got.read()
+                times.append((time.perf_counter() - start) * 1000)
                 break
             except OSError:
                 failed += 1
-        times.append((time.perf_counter() - start) * 1000)
+        else:
+            break
     return times, failed
 
 
+def fd_limit(n: int | None) -> Callable[[], None] | None:
+    """What sets a child's RLIMIT_NOFILE to ``n`` before it runs (None: inherit this process's)."""
+    if n is None:
+        return None
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+
 def figures(times: list[float]) -> str:
+    if not times:
+        return "none answered"
     q = statistics.quantiles(times, n=100, method="inclusive") if len(times) > 1 else times * 99
     return f"p50 {statistics.median(times):7.2f} ms  p99 {q[98]:7.2f} ms  max {max(times):7.2f} ms  (n={len(times)})"
 
@@ -186,6 +206,8 @@ def main() -> int:
     parser.add_argument("--idle", type=int, default=1000, help="idle connections kept up on the metrics port")
     parser.add_argument("--calls", type=int, default=300, help="proved calls timed in each phase")
     parser.add_argument("--scrapes", type=int, default=20, help="scrapes of /metrics timed in each phase")
+    parser.add_argument("--bridge-fd-limit", type=int, default=None, metavar="N",
+                        help="the bridge's RLIMIT_NOFILE (default: this script's, raised to --idle + 512)")
     args = parser.parse_args()
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -212,7 +234,7 @@ def main() -> int:
                 [sys.executable, "-m", "cloudstore.bridge.cli", "--harness", harness, "--agent-id", "bench",
                  "--agent-owner", "bench", "--key-file", key_file, "--agent-folder", folder,
                  "--driver", f"{sys.executable} {driver}", "--metrics-port", "0", "--log-format", "json"],
-                stdout=subprocess.DEVNULL, stderr=log,
+                stdout=subprocess.DEVNULL, stderr=log, preexec_fn=fd_limit(args.bridge_fd_limit),
             )
         sock = os.path.join(harness, SOCKET_NAME)
         port = None
@@ -226,7 +248,8 @@ def main() -> int:
             time.sleep(0.02)
         client = BridgeClient(sock, "bench", "bench", bytes.fromhex(key_hex), timeout=10)
         client.op("last", thread="warm")
-        print(f"fd limit {resource.getrlimit(resource.RLIMIT_NOFILE)[0]} (bridge and this script)")
+        print(f"fd limit: bridge {args.bridge_fd_limit or resource.getrlimit(resource.RLIMIT_NOFILE)[0]}, "
+              f"this script {resource.getrlimit(resource.RLIMIT_NOFILE)[0]}")
 
         cpu, wall = cpu_seconds(proc.pid), time.monotonic()
         times, answers, threads, fds = timed_calls(client, proc.pid, args.calls, pause=8.0 / args.calls)
@@ -256,7 +279,12 @@ def main() -> int:
     finally:
         if proc is not None:
             proc.terminate()
-            proc.wait(60)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                print("         the bridge did not stop within 60 s of SIGTERM: killed")
+                proc.kill()
+                proc.wait(60)
         shutil.rmtree(work, ignore_errors=True)
     return 0
 

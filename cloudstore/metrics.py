@@ -2,8 +2,11 @@
 
 Why in-house: what is counted is a handful of monotonic counters with a few
 labels, and the drivers must start in about 0.1 s without a new dependency;
-the Prometheus text exposition format is a few lines to write.  This module
-imports only the standard library.
+the Prometheus text exposition format is a few lines to write.  Serving is
+ours too: any local user can connect to the port, and a server with a thread
+per connection (``http.server``'s, which ``prometheus_client`` uses as well)
+lets idle connections take the process's threads and descriptors (issue 25).
+This module imports only the standard library.
 
 Three parts:
 
@@ -20,7 +23,8 @@ Three parts:
   of one.  The token keeps a reused pid from overwriting a dead process's file.
 * **The exporter** (``Collector``, ``Exporter``): the bridge and the scheduler
   sum their own registry and every snapshot in their folder, and serve the
-  sum on ``GET /metrics`` or rewrite it to a file.  Snapshots of processes
+  sum on ``GET /metrics`` (one thread, a bounded number of connections,
+  each with a deadline: ``Exporter``) or rewrite it to a file.  Snapshots of processes
   that have exited are folded into one ``archive.json`` there (and removed),
   so the folder stays small and the sums never go down while the exporter lives.
 
