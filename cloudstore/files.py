@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import threading
 from collections.abc import Callable
 from typing import Any, TypeGuard, TypeVar
@@ -64,8 +63,6 @@ from .space import CAS_ROUNDS, KEEP, Contention, ContextPool, Space
 from .validate import FILE_MAX, FILES_MAX, Agent, RequestError, compact
 
 T = TypeVar("T")
-
-log = logging.getLogger("cloudstore")
 
 #: Bytes of a file object's payload that always hold its whole header line.
 HEADER_MAX = 8192
