@@ -38,17 +38,17 @@ not recognise.  When in doubt, keep.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import stored, strict_json
 from ..conversations import Conversations
 from ..due_index import GRACE, parse_entry
 from ..generations import Create, NotFound, PreconditionFailed, StoreError, Update, new_nonce
-from ..heads import epoch_of
+from ..heads import checked, epoch_of
 from ..keys import conversation_key, due_root, name_part
 from ..removal import FENCE, PURGE_AFTER_MS
 from ..space import KEEP, Contention
@@ -109,10 +109,15 @@ def _bump(counts: dict[str, int], kind: str) -> None:
 
 
 def _parse(data: bytes) -> Any:
+    """A stored head as gc may judge it: strict JSON that the drivers' own check accepts, else None
+    (a head no driver wrote: kept, and nothing under it judged dead)."""
     try:
-        return json.loads(data)
-    except ValueError:
-        return None
+        value = strict_json.loads(data.decode("utf-8"))
+        if isinstance(value, dict) and isinstance(value.get("thread"), str):
+            return checked(value["thread"], value)
+    except (ValueError, UnicodeDecodeError, RecursionError, stored.Malformed):
+        pass
+    return None
 
 
 def judge(opened: Opened, policy: Policy | None = None) -> Plan:

@@ -96,7 +96,7 @@ def _json_or_none(opened: Opened, key: Key) -> Any:
         return None
     try:
         return json.loads(obj.data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
@@ -141,7 +141,7 @@ def named_entry(opened: Opened, record: str) -> str | None:
         return None
     try:
         waiting = json.loads(obj.data).get("places", {}).get("waiting")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError, RecursionError):
         return None
     return waiting.get("entry") if isinstance(waiting, dict) else None
 
@@ -163,8 +163,9 @@ def inspect(opened: Opened, lapse_ms: int = 30_000, show_progress: bool = False)
         try:
             return _agent_report(opened, agent, by_agent[(agent.owner_part, agent.id_part)], lapse_ms,
                                  int(now * 1000))
-        except OpError as exc:
-            return {"owner_part": agent.owner_part, "id_part": agent.id_part, "errors": [str(exc)]}
+        except (OpError, ValueError, TypeError, KeyError, OverflowError, RecursionError) as exc:
+            why = str(exc) if isinstance(exc, OpError) else f"its objects are malformed ({type(exc).__name__})"
+            return {"owner_part": agent.owner_part, "id_part": agent.id_part, "errors": [why]}
         finally:
             if progress is not None:
                 progress.add()
