@@ -59,24 +59,47 @@ def _clear_stale(path: str) -> None:
 
 def listen_private(path: str, backlog: int = 128) -> tuple[socket.socket, tuple[int, int]]:
     """A listening socket at ``path`` with mode 0600; also its (st_dev, st_ino)
-    so that it is removed at the end only if it is still this one."""
+    so that it is removed at the end only if it is still this one.
+
+    Bound under a temporary name beside ``path`` and renamed into place once
+    it listens: a client that waits for the file to appear then never meets
+    a socket that refuses its connect (bound, not listening yet).  Where the
+    temporary name would be too long for a socket address, it binds ``path``
+    itself as before."""
     _clear_stale(path)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
+    folder, name = os.path.split(path)
+    temporary = os.path.join(folder, f".{os.getpid()}.{name[:8]}")
+    for target in (temporary, path) if len(os.fsencode(temporary)) < 100 else (path,):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            os.fchmod(sock.fileno(), 0o600)
-        except OSError:
-            pass  # not every system takes a socket's mode this way; checked below
-        sock.bind(path)
-        info = os.lstat(path)
-        if stat.S_IMODE(info.st_mode) != 0o600:
-            os.chmod(path, 0o600)  # our own new socket, not listening yet
+            try:
+                os.fchmod(sock.fileno(), 0o600)
+            except OSError:
+                pass  # not every system takes a socket's mode this way; checked below
+            try:
+                sock.bind(target)
+            except OSError:
+                if target == path:
+                    raise
+                sock.close()
+                continue
+            info = os.lstat(target)
+            if stat.S_IMODE(info.st_mode) != 0o600:
+                os.chmod(target, 0o600)  # our own new socket, not listening yet
+            sock.listen(backlog)
+            if target != path:
+                os.rename(target, path)
             info = os.lstat(path)
-        sock.listen(backlog)
-    except BaseException:
-        sock.close()
-        raise
-    return sock, (info.st_dev, info.st_ino)
+        except BaseException:
+            sock.close()
+            if target != path:
+                try:
+                    os.unlink(target)
+                except OSError:
+                    pass
+            raise
+        return sock, (info.st_dev, info.st_ino)
+    raise AssertionError("unreachable: the last target is path, whose failure raises")
 
 
 def remove_if_ours(path: str, ident: tuple[int, int]) -> None:
