@@ -200,8 +200,9 @@ def test_the_listing_shows_live_files_never_tombstones_and_long_paths_by_name(co
     assert listing_of(counted, agent, "skills/s")[0] == want_s
 
 
-def test_an_object_whose_size_says_neither_state_is_read() -> None:
-    """A body of this layout has one of two sizes modulo ``SIZE_MODULUS``; every length lands on its state."""
+def test_every_body_of_this_layout_has_the_size_of_its_state() -> None:
+    """Whatever the data's length and the write's lineage, a live body's stored size is ``LIVE_RESIDUE`` and a
+    tombstone's ``GONE_RESIDUE`` modulo ``SIZE_MODULUS``, and its header line is the unpadded one, spaced."""
     for lineage in (("0",), ("?",), tuple(f"{i:016x}" for i in range(16)), ("a" * 16, "0")):
         framed = len(frame("0" * 32, b"", lineage))
         for n in range(70):
@@ -266,3 +267,8 @@ def test_a_store_of_the_layout_before_lists_correctly_and_cheaply_once_its_ledge
     want = sort_bytes(live[1:] + [gone[0]])
     assert listing_of(counted, agent, "skills/old")[0] == sort_bytes([p for p in want if p.startswith("skills/old/")])
     assert listing_of(counted, agent, "skills")[0] == want
+    # objects the ledger does not name whose sizes say neither state (foreign writers): read, never guessed
+    odd_live, odd_gone = "skills/odd/live.md", old_tombstone_path("skills/odd/gone", 1, 7)
+    store.put(keys.file(odd_live), old_body_of_size({"v": 1, "path": odd_live}, 9), Create())
+    store.put(keys.file(odd_gone), _join({"v": 1, "path": odd_gone, "gone": True}), Create())
+    assert listing_of(counted, agent, "skills/odd")[0] == [odd_live]
