@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any, TypeGuard, TypeVar
@@ -54,6 +55,7 @@ from .generations import (
     Listed,
     Object,
     PreconditionFailed,
+    StoreUnavailable,
     Update,
     backoff_sleep,
     frame,
@@ -63,6 +65,8 @@ from .space import CAS_ROUNDS, KEEP, Contention, ContextPool, Space
 from .validate import FILE_MAX, FILES_MAX, Agent, RequestError, compact
 
 T = TypeVar("T")
+
+log = logging.getLogger("cloudstore")
 
 #: Bytes of a file object's payload that always hold its whole header line.
 HEADER_MAX = 8192
@@ -312,4 +316,7 @@ class Files:
             obj = self.store.get(keys.file_ledger())
             if obj is not None:
                 return self._keep(keys, obj.data)
+        except StoreUnavailable as exc:  # still true, only not kept: the next listing makes it again
+            log.warning("the agent's file ledger could not be written (%s); this listing read every object", exc)
+            return {k: (str(v[0]), bool(v[1]), str(v[2])) for k, v in before.items()}
         return self._keep(keys, raw)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
-from faults.http_proxy import FaultProxy, Seen
+from faults.http_proxy import FaultProxy, Rule, Seen
 from support import BACKENDS, StoreUnderTest, fresh_agent, make_store, service_of
 
 from cloudstore.client import call_once
@@ -51,11 +51,14 @@ class Counted:
     through: StoreUnderTest  # what the counted driver is given (through the proxy on an emulator)
     proxy: FaultProxy | None
 
-    def fresh(self, request: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
-        """``request`` answered by a fresh ``call`` process: (reply, listing requests, all requests)."""
+    def fresh(self, request: dict[str, Any], *rules: Rule) -> tuple[dict[str, Any], int, int]:
+        """``request`` answered by a fresh ``call`` process, ``rules`` at the proxy: (reply, listing requests,
+        all requests)."""
         env = dict(self.through.env, LNK_STORE_LOG="debug")
         if self.proxy is not None:
             self.proxy.clear()
+            for rule in rules:
+                self.proxy.add(rule)
         lines, err, code = call_once(self.through.program, request, env=env, timeout=120)
         assert code == 0 and len(lines) == 1, err[-2000:]
         reply = json.loads(lines[0])
@@ -272,3 +275,28 @@ def test_a_store_of_the_layout_before_lists_correctly_and_cheaply_once_its_ledge
     store.put(keys.file(odd_live), old_body_of_size({"v": 1, "path": odd_live}, 9), Create())
     store.put(keys.file(odd_gone), _join({"v": 1, "path": odd_gone, "gone": True}), Create())
     assert listing_of(counted, agent, "skills/odd")[0] == [odd_live]
+
+
+@pytest.mark.parametrize("counted", ["moto", "gcs"], indirect=True)
+def test_a_listing_whose_ledger_cannot_be_written_still_answers_right(counted: Counted) -> None:
+    """The store refuses the ledger's write (403): the listing that made it answers from what it read, and
+    the next one, finding none, reads again; nothing is ever guessed from a size alone."""
+    agent = Agent(**fresh_agent())
+    service = service_of(counted.direct)
+    keys = service.space.keys(agent)
+    store = service.space.store
+    live, gone = "skills/r/live.md", old_tombstone_path("skills/r/gone", 2, LIVE_RESIDUE)
+    store.put(keys.file(live), old_body_of_size({"v": 1, "path": live}, GONE_RESIDUE), Create())
+    store.put(keys.file(gone), _join({"v": 2, "path": gone, "gone": True}), Create())
+    assert counted.proxy is not None
+    ledger = keys.file_ledger()
+    if counted.backend == "moto":
+        match: dict[str, Any] = {"method": "PUT", "path": re.escape(ledger) + r"(\?|$)"}
+    else:
+        match = {"method": "POST", "path": r"^/upload/", "content": re.escape(ledger.encode()) + b'"'}
+    for _ in range(2):
+        refused = Rule("fail", status=403, times=100, **match)
+        reply, _, _ = counted.fresh({"op": "file_list", "agent": wire(agent), "folder": "skills"}, refused)
+        assert refused.fired >= 1
+        assert reply == {"reply": "files", "files": [live]}
+        assert store.get(ledger) is None
