@@ -7,6 +7,14 @@ fails requests, lands writes late; a seeded workload collides on a small key
 space; a checker (``tests/sim/invariants.py``) judges every history by
 wire.md.  See ``tests/sim/`` for the parts.
 
+Every run also meets clock faults (issue 27, ``sim/scheduler.py``): replies
+whose ``Date`` is off, observed by the one machine's own store clock at the
+request (one reply, every reply of one op, a jump of an hour, replicas that
+disagree, one replica constantly 2 s off); the faults by kind ("date ...")
+are on the summary line.  The workload's 30-minute lapses make a takeover a
+shifted reply brought forward a violation, as the purge of a removed epoch
+and the orphan check of a due entry already are.
+
 Seeds are ``base``, ``base + 1``, ... with ``base`` printed on each summary
 line; set ``CLOUDSTORE_SIM_SEED`` to choose it (a failure prints the command
 that replays its seed alone) and ``CLOUDSTORE_SIM_HISTORIES`` to run exactly

@@ -9,6 +9,7 @@ While a history runs, the seed also decides what the drivers would otherwise
 take from the OS or the clock (``seeded``): ``generations.entropy`` (nonces;
 job marks too, where ``jobs`` draws them from ``random``) is a seeded RNG, the
 CAS loops' backoff sleeps are skipped (only the scheduler orders machines),
+a pool a module makes of its own runs in the machine's thread,
 and ``packing.PACK_MIN`` / ``PACK_MAX`` are made small so that blocks are packed
 within a history.  Everything is restored afterwards.
 """
@@ -18,16 +19,21 @@ from __future__ import annotations
 import json
 import random
 import sys
+import time
 import types
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any
 
+from faults.backend import FaultyBackend
+
 import cloudstore.conversations as conversations
 import cloudstore.generations as generations
 import cloudstore.jobs as jobs
 import cloudstore.packing as packing
+import cloudstore.space as space_module
+from cloudstore.clock import StoreClock
 from cloudstore.driver import BUCKET, Answerer, encode_reply
 from cloudstore.generations import Backend, RetryingStore, RetryPolicy
 from cloudstore.service import Service
@@ -54,6 +60,20 @@ class SerialPool:
         return done
 
     def shutdown(self, wait: bool = True) -> None:
+        pass
+
+
+class OwnSerialPool(SerialPool):
+    """A pool a module makes for itself (``files``' ledger maker: ``with ContextPool(...) as pool``), run in the
+    calling thread too: every request of a machine must stop at its gate from the machine's one thread."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> OwnSerialPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         pass
 
 
@@ -112,6 +132,9 @@ def seeded(seed: int) -> Iterator[dict]:
 
     everywhere("entropy", rng.randbytes)
     everywhere("backoff_sleep", lambda *args, **kwargs: None)
+    for module in [m for n, m in sorted(sys.modules.items()) if n.startswith("cloudstore")]:
+        if getattr(module, "ContextPool", None) is space_module.ContextPool and module is not space_module:
+            patch(module, "ContextPool", OwnSerialPool)  # a pool of a module's own, as files' ledger maker's
     if isinstance(getattr(jobs, "random", None), types.ModuleType):  # marks drawn from random.SystemRandom
         patch(jobs, "random", types.SimpleNamespace(SystemRandom=lambda: rng, Random=lambda *a: rng))
     pack_min, pack_max, hint_every = knobs["packing"]
@@ -143,6 +166,28 @@ def answerer_on(store: RetryingStore, prefix: str, order: random.Random | None =
         return reply
 
     return answer
+
+
+class OwnClock(FaultyBackend):
+    """A machine's faulty view with a store clock of its own, as every process has (``clock.py``).
+
+    The machines of a history share one real backend, and so would share its
+    clock; a clock fault is one machine's (its front-end, its proxy), so each
+    machine's ``RetryingStore`` judges time by this one, which observes only
+    the Dates the scheduler hands it (``Scheduler._date``).  Its first
+    evidence is an honest reply, as a driver's first request is on a store
+    whose clock agrees with the machine's (the store here runs on this machine).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.own_clock = StoreClock()
+        now = time.time()
+        self.own_clock.observe(now, now, float(int(now)), 1.0)
+
+    @property
+    def clock(self) -> StoreClock:
+        return self.own_clock
 
 
 class ConditionalDeletes:

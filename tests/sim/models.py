@@ -107,7 +107,7 @@ CONVERSATIONS = Model("conversations", frozenset({"read", "last"}), frozenset({"
 
 
 # --------------------------------------------------------------------------
-# Leases (lapse_ms is 0, always lapsed, or so long that it never is)
+# Leases (lapse_ms is 0, always lapsed, or so long that it never is within a history: 30 min or more)
 
 
 def lease_step(state: str | None, op: Op, key: Key) -> States:

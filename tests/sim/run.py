@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from faults.backend import FaultyBackend, Limbo
+from faults.backend import Limbo
 
 from cloudstore.generations import Backend, RetryingStore
 
 from .history import History
 from .invariants import Violation, check
-from .machines import POLICY, ConditionalDeletes, answerer_on, seeded
+from .machines import POLICY, ConditionalDeletes, OwnClock, answerer_on, seeded
 from .scheduler import Abort, Knobs, Scheduler, Tally
 from .workload import AGENTS, LONG_LAPSE_MS, PATHS, PLACES, THREADS, Workload
 
@@ -79,8 +79,9 @@ def run_history(seed: int, backend: str, inner: Backend, prefix: str, knobs: Kno
         threads = []
         for i in range(count):
             name = f"m{i}"
-            slot = sched.slot(name)
-            faulty = FaultyBackend(inner, name, lambda call, slot=slot: sched.gate(slot, call), limbo)
+            faulty = OwnClock(inner, name, limbo=limbo)
+            slot = sched.slot(name, faulty.clock)
+            faulty.plan = lambda call, slot=slot: sched.gate(slot, call)
             answer = answerer_on(RetryingStore(faulty, POLICY), prefix, random.Random(f"together:{seed}:{name}"))
             work = Workload(seed, name)
             n_ops = shape.randint(*ops_per_machine)
@@ -187,7 +188,11 @@ def run_many(backend: str, inner: Backend, prefix: str, base: int, min_ops: int,
     started = time.perf_counter()
     seed = base
     while (len(summary.outcomes) < histories) if histories else (summary.ops < min_ops):
-        summary.add(run_history(seed, backend, inner, f"{prefix}s{seed}-{len(summary.outcomes)}/", knobs))
+        try:
+            outcome = run_history(seed, backend, inner, f"{prefix}s{seed}-{len(summary.outcomes)}/", knobs)
+        except Exception as exc:  # a stuck scheduler, a harness error: said with the seed that replays it
+            raise RuntimeError(f"simulation[{backend}] seed {seed} (base {base}): {type(exc).__name__}: {exc}") from exc
+        summary.add(outcome)
         seed += 1
     summary.seconds = time.perf_counter() - started
     return summary

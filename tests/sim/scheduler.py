@@ -20,6 +20,20 @@ than the attempts a timeout may spend: the seam outlasts it.
 A machine whose write just failed often *pauses* for a few steps (and any
 machine now and then), so that another machine's op runs between a lost
 reply and its retry, or between a read and the write it decides.
+
+Clock faults (issue 27): the reply to a request carries a ``Date`` that is
+off, observed by that machine's own ``StoreClock`` (``Slot.clock``) exactly
+at the request, as the store's real ``Date`` would be, while every other
+reply brings an honest one.  Kinds (``CLOCK_KINDS``), each started now and
+then by a request with the clock's own seeded RNG: one reply off (+-100 s,
++-120 s, +-1 h); every reply of the rest of one op off by the same amount;
+a jump of +-1 h for 1-4 replies; replicas disagreeing (replies alternately
++d and -d, d of 2 s, 30 s or 1 h); and, for a whole history, one "replica"
+of the store that is constantly 2 s off (every Nth reply of a machine).
+No machine ever sees ``RESTART_AFTER`` agreeing shifted replies in a row (an
+honest one is put between): that would be a clock that really stepped,
+which ``clock.py`` follows by design, and a store whose clock steps is not
+what these faults are.
 """
 
 from __future__ import annotations
@@ -33,12 +47,19 @@ from dataclasses import dataclass, field
 
 from faults.backend import Call, Fault, Limbo
 
+from cloudstore.clock import RESTART_AFTER, StoreClock
+
 from .history import Event, History
 
 IDLE, GATE, RUNNING, DONE = "idle", "gate", "running", "done"
 START = "start"
 ABORT = "abort"
 WRITE_FAULTS = (Fault.FAIL_BEFORE, Fault.LOSE_REPLY, Fault.LOSE_REPLY, Fault.LAND_LATE)
+#: The kinds of clock fault (see the module's docstring); each shifted reply is counted as "date <kind>".
+CLOCK_KINDS = ("reply", "op", "jump", "disagree", "replica")
+ONE_REPLY_SHIFTS = (100.0, -100.0, 120.0, -120.0, 3600.0, -3600.0)
+OP_SHIFTS = (100.0, -100.0, 120.0, 3600.0)
+DISAGREE_SHIFTS = (2.0, 30.0, 3600.0)
 
 
 class Abort(BaseException):
@@ -63,6 +84,8 @@ class Knobs:
     pause_rate: float = 0.04  # ...and any machine now and then (a slow host, a GC pause)
     pause_steps: tuple[int, int] = (2, 14)  # for this many steps, while another machine can run
     final_land: float = 0.7  # at the end, each write still held lands (else it is lost for good)
+    clock_rate: float = 0.15  # a request with a reply starts a clock fault of this machine (CLOCK_KINDS)
+    replica_rate: float = 0.3  # a machine meets, for the whole history, a replica constantly 2 s off
     stuck_seconds: float = 60.0
 
 
@@ -78,6 +101,21 @@ class Slot:
     outage: int = 0
     throttled: int = 0  # requests of this machine still to be refused for the rate
     paused_until: int = 0
+    clock: StoreClock | None = None  # this machine's own store clock: where shifted Dates are observed
+    ops: int = 0  # ops started, so that a clock fault of "one op" knows when its op is over
+    skew: ClockSkew | None = None  # the clock fault under way, if any
+    replica: tuple[int, float] | None = None  # (every nth reply, seconds off) for the whole history
+    replies: int = 0  # replies this machine observed
+    agreeing: tuple[float, int] = (0.0, 0)  # (shift, how many replies in a row were shifted by it)
+
+
+@dataclass
+class ClockSkew:
+    """One clock fault of one machine: the shifts of its next replies."""
+
+    kind: str
+    shifts: list[float]  # for the next replies, in order ("op": the first repeated while the op lasts)
+    op: int = 0  # "op": the op it belongs to
 
 
 @dataclass
@@ -115,6 +153,7 @@ class Scheduler:
     def __init__(self, seed: int, limbo: Limbo, history: History, knobs: Knobs,
                  short: Callable[[str], str] = lambda key: key) -> None:
         self.rng = random.Random(f"schedule:{seed}")
+        self.clock_rng = random.Random(f"clock:{seed}")  # its own: the schedule of a seed stays what it was
         self.limbo = limbo
         self.history = history
         self.knobs = knobs
@@ -125,8 +164,11 @@ class Scheduler:
         self.step = 0
         self.tally = Tally()
 
-    def slot(self, name: str) -> Slot:
-        slot = Slot(name, threading.Condition(self.lock))
+    def slot(self, name: str, clock: StoreClock | None = None) -> Slot:
+        """A machine's place in the schedule; its own ``clock`` observes each reply's Date (clock faults)."""
+        slot = Slot(name, threading.Condition(self.lock), clock=clock)
+        if clock is not None and self.clock_rng.random() < self.knobs.replica_rate:
+            slot.replica = (self.clock_rng.randint(2, 6), self.clock_rng.choice((2.0, -2.0)))
         self.slots.append(slot)
         return slot
 
@@ -180,6 +222,7 @@ class Scheduler:
                         continue
                     if slot.state == IDLE:
                         slot.grant = START
+                        slot.ops += 1
                     else:
                         assert slot.call is not None
                         slot.grant = self._fault(slot, slot.call)
@@ -236,9 +279,59 @@ class Scheduler:
             if call.is_write and rng.random() < knobs.pause_after_fault:
                 self._pause(slot)
         text = f"{describe(call, self.short)} -> {fault.value}"
+        if fault in (Fault.NONE, Fault.THROTTLE):  # a reply comes back, with the store's Date
+            shift = self._date(slot)
+            if shift:
+                text += f", Date {shift:+g} s"
         reached = call.is_write and fault not in (Fault.FAIL_BEFORE, Fault.THROTTLE)
         self.history.events.append(Event(self.step, slot.name, "call", text, call.key, reached))
         return fault
+
+    def _date(self, slot: Slot) -> float:
+        """The Date of this reply, seconds off (0: honest), as the seed says; observed by the machine's clock.
+
+        The reply is observed before the request runs (the scheduler's thread, every machine stopped):
+        to the clock that is the same as the reply having carried that Date.
+        """
+        if slot.clock is None:
+            return 0.0
+        rng, knobs = self.clock_rng, self.knobs
+        slot.replies += 1
+        if slot.skew is not None and (slot.skew.kind == "op" and slot.skew.op != slot.ops
+                                      or slot.skew.kind != "op" and not slot.skew.shifts):
+            slot.skew = None
+        if slot.skew is None and rng.random() < knobs.clock_rate:
+            slot.skew = self._skew(slot)
+        kind, shift = "", 0.0
+        if slot.skew is not None:
+            kind = slot.skew.kind
+            shift = slot.skew.shifts[0] if kind == "op" else slot.skew.shifts.pop(0)
+        elif slot.replica is not None and slot.replies % slot.replica[0] == 0:
+            kind, shift = "replica", slot.replica[1]
+        same, run = slot.agreeing
+        if shift and shift == same and run + 1 >= RESTART_AFTER:
+            shift = 0.0  # an honest reply between: never a clock that really stepped (module docstring)
+        slot.agreeing = (shift, run + 1 if shift == same else 1) if shift else (0.0, 0)
+        now = time.time()
+        if shift:
+            self.tally.faults[f"date {kind}"] += 1
+            slot.clock.observe(now, now, now + shift, 1.0)
+        else:
+            slot.clock.observe(now, now, float(int(now)), 1.0)  # the store's Date: whole seconds
+        return shift
+
+    def _skew(self, slot: Slot) -> ClockSkew:
+        rng = self.clock_rng
+        kind = rng.choice(CLOCK_KINDS[:-1])
+        if kind == "reply":
+            return ClockSkew(kind, [rng.choice(ONE_REPLY_SHIFTS)])
+        if kind == "op":
+            return ClockSkew(kind, [rng.choice(OP_SHIFTS)], op=slot.ops)
+        if kind == "jump":
+            return ClockSkew(kind, [rng.choice((3600.0, -3600.0))] * rng.randint(1, RESTART_AFTER - 1))
+        d = rng.choice(DISAGREE_SHIFTS)
+        first = rng.choice((1.0, -1.0))
+        return ClockSkew(kind, [d * first * (-1) ** i for i in range(rng.randint(2, 12))])
 
     def _pause(self, slot: Slot) -> None:
         slot.paused_until = self.step + self.rng.randint(*self.knobs.pause_steps)

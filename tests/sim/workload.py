@@ -24,6 +24,9 @@ PLACES = ("waiting", "firing", "ending")
 HOLDERS = ("h0", "h1")
 TOOLS = ("read", "write", "shell", "web", "mail", "calc", "draw", "mind")
 LONG_LAPSE_MS = 1_000_000_000  # wall time never decides a lease
+#: Never lapses within a history either (a history lasts seconds), but a reply dated an hour ahead,
+#: believed, would make it lapse: so a clock fault that brings a takeover forward is a violation.
+HALF_HOUR_LAPSE_MS = 1_800_000
 DUE_BASE = 1_900_000_000
 
 
@@ -116,7 +119,7 @@ class Workload:
         return {"op": op, "thread": self._thread(agent)[1], "holder": self.rng.choice(HOLDERS)}
 
     def take(self, agent: dict) -> dict:
-        return {**self._lease("take", agent), "lapse_ms": self.rng.choice((0, LONG_LAPSE_MS))}
+        return {**self._lease("take", agent), "lapse_ms": self.rng.choice((0, LONG_LAPSE_MS, HALF_HOUR_LAPSE_MS))}
 
     def renew(self, agent: dict) -> dict:
         return self._lease("renew", agent)
