@@ -39,6 +39,15 @@ each reply carried, ``sent``).  ``latency`` adds a fixed
 delay to every request (half on the way in, half on the way out), for
 round-trip figures closer to a real bucket's.
 
+A proxy may also shift the ``Date`` header of chosen replies (``DateShift``,
+``proxy.shift_dates``), the clock faults of issue 27: a front-end or a
+proxy with a wrong clock.  A shift matches requests as a rule does and
+picks, among its matches, the ``nth`` on, ``times`` of them (or all), every
+``every``-th (one replica of several), or at random (``chance``, its own
+seeded generator); its ``seconds`` are one offset, or several taken in turn
+(replicas that disagree).  ``active`` False ends a window of shifts.  Each
+reply's shift is recorded (``Seen.shifted``).
+
 The SDKs reach it through their usual settings: ``proxy.redirect(env)``
 replaces the upstream URL by the proxy's in an emulator's environment
 (``AWS_ENDPOINT_URL_S3``, ``STORAGE_EMULATOR_HOST``).  Absolute URLs the
@@ -65,6 +74,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from email.utils import formatdate, parsedate_to_datetime
 from urllib.parse import parse_qs, unquote, urlsplit
 
 ACTIONS = ("lose_reply", "fail", "reset", "truncate", "delay")
@@ -96,6 +106,7 @@ class Rule:
     reply_headers: tuple[tuple[str, str], ...] = ()  # fail: more headers (a Retry-After...)
     keep: int | None = None  # truncate: body bytes sent (half the body by default)
     before: float = 0.0  # delay: seconds held before forwarding
+    hold: threading.Event | None = None  # delay: also held, before forwarding, until the test sets this
     after: float = 0.0  # delay: seconds held before the reply is sent
     matched: int = 0  # requests matched so far
     fired: int = 0  # times it fired so far
@@ -134,6 +145,7 @@ class Seen:
     sent: int = 0  # body bytes sent to the client
     content: bytes = field(default=b"", repr=False)  # the first CONTENT_KEPT bytes of the request body
     answered: float = 0.0  # time.monotonic() when its reply (or none) was settled, before it was written
+    shifted: float = 0.0  # seconds its reply's Date header was moved (DateShift)
 
 
 @dataclass
@@ -383,6 +395,71 @@ def _gcs_written_name(method: str, path: str, query: str, body: bytes) -> str | 
 
 
 @dataclass
+class DateShift:
+    """Move the ``Date`` header of chosen replies by ``seconds`` (a clock fault: a front-end's clock is off).
+
+    Matched as a rule is (``method``, ``path``, ``content``); of the matches, those from the ``nth`` on,
+    ``times`` of them (None: all), each ``every``-th one, and with ``chance`` below 1 those that
+    ``random.Random(seed)`` picks.  ``seconds`` may be a tuple: the shifted replies take its offsets in
+    turn (replicas that disagree: ``(2.0, -2.0)``).  While ``active`` is False it shifts nothing and
+    counts nothing (a window: set it, run an op, clear it).
+    """
+
+    seconds: float | tuple[float, ...]
+    method: str | None = None
+    path: str | None = None
+    content: bytes | None = None
+    nth: int = 1
+    times: int | None = None
+    every: int = 1
+    chance: float = 1.0
+    seed: int = 0
+    active: bool = True
+    matched: int = 0  # replies matched so far (while active)
+    shifted: int = 0  # replies shifted so far
+
+    def __post_init__(self) -> None:
+        if self.nth < 1 or self.every < 1 or (self.times is not None and self.times < 1):
+            raise ValueError("nth, every and times count from 1")
+        offsets = self.seconds if isinstance(self.seconds, tuple) else (self.seconds,)
+        if not offsets:
+            raise ValueError("at least one offset")
+        self._offsets = tuple(float(o) for o in offsets)
+        self._random = random.Random(self.seed)
+        for pattern in (self.path, self.content):
+            if pattern is not None:
+                re.compile(pattern)
+
+    def pick(self, method: str, target: str, body: bytes) -> float:
+        """The offset for this reply (0.0: not shifted); counts it."""
+        if not self.active or not selects(self.method, self.path, self.content, method, target, body):
+            return 0.0
+        self.matched += 1
+        if self.matched < self.nth or (self.times is not None and self.shifted >= self.times):
+            return 0.0
+        if (self.matched - self.nth) % self.every != 0:
+            return 0.0
+        if self.chance < 1.0 and self._random.random() >= self.chance:
+            return 0.0
+        offset = self._offsets[self.shifted % len(self._offsets)]
+        self.shifted += 1
+        return offset
+
+
+def shifted_date(headers: list[tuple[str, str]], seconds: float) -> list[tuple[str, str]]:
+    """``headers`` with their Date moved by ``seconds`` (a Date of now when there was none)."""
+    when = time.time()
+    for name, value in headers:
+        if name.lower() == "date":
+            try:
+                when = parsedate_to_datetime(value).timestamp()
+            except (TypeError, ValueError, IndexError, OverflowError):
+                pass
+    date = formatdate(when + seconds, usegmt=True)
+    return [*((k, v) for k, v in headers if k.lower() != "date"), ("Date", date)]
+
+
+@dataclass
 class FaultProxy:
     """A reverse proxy on 127.0.0.1 in front of ``upstream`` (``http://HOST:PORT``)."""
 
@@ -393,6 +470,7 @@ class FaultProxy:
     rewrite: bool = True  # upstream's address in Location headers and JSON bodies -> the proxy's
     rules: list[Rule] = field(default_factory=list)
     limits: list[RateLimit] = field(default_factory=list)  # the cloud's throttles (see RateLimit)
+    dates: list[DateShift] = field(default_factory=list)  # replies whose Date is moved (see DateShift)
     seen: list[Seen] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -467,6 +545,12 @@ class FaultProxy:
             self.limits.append(limit)
         return limit
 
+    def shift_dates(self, shift: DateShift) -> DateShift:
+        """Move the Date of the replies ``shift`` picks, from now on (``clear`` removes it)."""
+        with self._lock:
+            self.dates.append(shift)
+        return shift
+
     def on(self, action: str, method: str | None = None, path: str | None = None, **kw: object) -> Rule:
         """Shorthand: ``proxy.on("fail", "GET", r"/o/key", status=429)``."""
         return self.add(Rule(action, method, path, **kw))  # type: ignore[arg-type]
@@ -495,6 +579,7 @@ class FaultProxy:
             self.seen.clear()
             self.rules.clear()
             self.limits.clear()
+            self.dates.clear()
 
     def _choose(self, request: _Request) -> Rule | None:
         chosen = None
@@ -509,11 +594,23 @@ class FaultProxy:
         return chosen
 
     def _record(self, request: _Request, at: float, status: int | None, upstream: int | None,
-                rule: Rule | None, sent: int = 0, action: str | None = None) -> None:
+                rule: Rule | None, sent: int = 0, action: str | None = None, shifted: float = 0.0) -> None:
         with self._lock:
             self.seen.append(Seen(request.method, request.target, status, upstream, at,
                                   rule.action if rule else action, sent, request.body[:CONTENT_KEPT],
-                                  time.monotonic()))
+                                  time.monotonic(), shifted))
+
+    def _shift(self, request: _Request, reply: _Reply) -> float:
+        """Move the reply's Date as the first DateShift that picks it says; the seconds moved."""
+        with self._lock:
+            offset = 0.0
+            for shift in self.dates:
+                picked = shift.pick(request.method, request.target, request.body)
+                if picked and not offset:
+                    offset = picked
+        if offset:
+            reply.headers = shifted_date(reply.headers, offset)
+        return offset
 
     # -- the work
 
@@ -598,6 +695,9 @@ class FaultProxy:
             wfile.flush()
             return not close
         self._hold(self.latency / 2 + (rule.before if rule is not None and action == "delay" else 0.0))
+        if rule is not None and action == "delay" and rule.hold is not None:
+            while not rule.hold.wait(0.05) and not self._stopping.is_set():
+                pass
         try:
             reply = self._forward(request)
         except OSError:
@@ -610,15 +710,16 @@ class FaultProxy:
         if action == "lose_reply":
             self._record(request, at, None, reply.status, rule)
             return False
+        shifted = self._shift(request, reply)
         if action == "truncate":
             assert rule is not None
             keep = len(reply.body) // 2 if rule.keep is None else min(rule.keep, len(reply.body))
-            self._record(request, at, reply.status, reply.status, rule, keep)
+            self._record(request, at, reply.status, reply.status, rule, keep, shifted=shifted)
             wfile.write(_head_bytes(reply, True) + reply.body[:keep])
             wfile.flush()
             return False
         body = b"" if reply.bodiless else reply.body
-        self._record(request, at, reply.status, reply.status, rule, len(body))
+        self._record(request, at, reply.status, reply.status, rule, len(body), shifted=shifted)
         wfile.write(_head_bytes(reply, close) + body)
         wfile.flush()
         return not close
