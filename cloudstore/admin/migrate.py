@@ -330,7 +330,7 @@ def migrate(src_url: str, dst_url: str, force: bool = False, workers: int = WORK
     began = time.monotonic()
     expected = expectation(src, dst, src_keys)
     after = [k for k in list_all(dst) if k.kind != "admin"]
-    summary.problems, summary.agents_compared = compare(src, dst, src_keys, after, expected)
+    summary.problems, summary.agents_compared = compare(src, dst, src_keys, after, expected, copied=True)
     summary.verify_seconds = time.monotonic() - began
     for problem in summary.problems:
         log(f"mismatch: {problem}")

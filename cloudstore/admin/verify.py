@@ -8,6 +8,18 @@ folder holds more than ``file_list`` may answer).  The due index, which no
 per-agent op shows whole, is checked for consistency: every waiting job's
 record names an entry that exists on its side.  Agents whose names are
 hashed (no op can name them) are compared key by key instead, by payload.
+
+First every object, of every kind (``objects``): the source is listed again,
+after the copy (and before the ops, whose reads may roll a removal forward
+on one side: a head rewritten with the same meaning), and each of its keys
+must be in the destination holding the bytes a copy writes (job records'
+entries translated), and each key the source held when the copy began must
+still be in the source.  The ops cannot see everything a driver relies on: a
+file's tombstone reads as no file (``null``), as does a job record's
+tombstone, a removal record or fence is no event, a lease lapsed long ago is
+no lease; yet a destination without them repeats versions and marks.  So a
+writer that was not stopped (a file written and removed during the copy) is
+caught here, by kind, the first differences of each kind named.
 """
 
 from __future__ import annotations
@@ -18,7 +30,15 @@ from typing import Any
 
 from ..keys import decode_path
 from .inspect import PLACES
-from .walk import Key, ListedAgent, Opened, OpError, agents_of, parallel
+from .walk import ADMIN_PREFIX, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel
+
+#: Differences named per kind of object; past that, a count.
+NAMED_PER_KIND = 10
+#: What a kind of key is, in a difference's words (walk.KINDS).
+KIND_WORDS = {"event": "event block", "segment": "packed segment", "head": "conversation head (lease, removal "
+              "record, fence)", "tools": "tools", "job": "job record (or its tombstone)", "mark": "job mark",
+              "day": "job day", "file": "file object (or its tombstone)", "name": "agent name", "due": "due entry",
+              "other": "object"}
 
 
 def _op_or_error(opened: Opened, agent: dict, op: str, **args: Any) -> Any:
@@ -128,8 +148,13 @@ def due_consistency(opened: Opened, keys: list[Key]) -> list[str]:
 
 
 def compare(src: Opened, dst: Opened, src_keys: list[Key], dst_keys: list[Key],
-            expected: Callable[[Key], bytes | None]) -> tuple[list[str], int]:
-    """Every difference between the two stores as agents see them; and how many agents were compared."""
+            expected: Callable[[Key], bytes | None], copied: bool = False) -> tuple[list[str], int]:
+    """Every difference between the two stores as agents see them; and how many agents were compared.
+
+    ``copied``: ``dst`` was just copied from ``src`` (migrate), whose keys were ``src_keys`` when the copy
+    began: then every object is compared too, key by key (``objects``).  Two stores read independently
+    since differ there in ways no op shows (a head a reader rolled forward on one side, new nonce and all).
+    """
     def by_agent(keys: list[Key]) -> dict[tuple[str, str], list[Key]]:
         out: dict[tuple[str, str], list[Key]] = {}
         for k in keys:
@@ -149,10 +174,65 @@ def compare(src: Opened, dst: Opened, src_keys: list[Key], dst_keys: list[Key],
             return compare_agent(src, dst, name, src_by.get(parts, []), dst_by.get(parts, []))
         return _compare_keys(dst, src_by.get(parts, []), dst_by.get(parts, []), expected, agent.label)
 
+    # Objects first: the ops below may roll a removal forward on either side (a reader's duty), which
+    # rewrites a head there alone, new nonce and all, with the same meaning.
+    if copied:
+        problems += objects(src, dst, src_keys, dst_keys)
     for found in parallel(one, agents, workers=4):
         problems.extend(found)
     problems += due_consistency(dst, dst_keys)
     return problems, len(agents)
+
+
+def objects(src: Opened, dst: Opened, began: list[Key], dst_keys: list[Key]) -> list[str]:
+    """Every object of every kind, the source listed again now: each source key in the destination
+    (``dst_keys``, listed after the copy) with the bytes a copy writes, and every key of ``began`` (the
+    source when the copy began) still in the source.
+
+    Keys only in the destination that the source never held are another matter (``--force`` into a store
+    holding other things): counted by migrate, not differences.  Keys migrate refuses to copy are named by
+    migrate.
+    """
+    from .migrate import Raw, refusal, translator  # migrate imports this module
+
+    now = {k.rel: k for k in list_all(src) if not k.rel.startswith(ADMIN_PREFIX)}
+    there = {k.rel: k for k in dst_keys if not k.rel.startswith(ADMIN_PREFIX)}
+    found: dict[str, list[str]] = {}
+
+    def differ(key: Key, what: str) -> None:
+        found.setdefault(key.kind, []).append(f"{KIND_WORDS.get(key.kind, key.kind)} {key.rel} {what}")
+
+    for rel in sorted(set(k.rel for k in began) - set(now)):
+        if rel in there:
+            differ(there[rel], "is no longer in the source (deleted during the copy), still in the destination")
+    raw_src, raw_dst, translate = Raw(src), Raw(dst), translator(src.root, dst.root)
+
+    def judge(key: Key) -> str | None:
+        raw = raw_src.get(key.key)
+        if raw is None:
+            return None  # deleted since this listing: a writer was at work (the source's keys are judged again)
+        if refusal(src.root, key, raw) is not None:
+            return None
+        if key.rel not in there:
+            return "is in the source only (written during the copy, or after it)"
+        got = raw_dst.get(there[key.rel].key)
+        if got is None:
+            return "is in the source only (gone from the destination)"
+        if got != translate(key, raw):
+            return "holds other bytes in the destination than the source's (changed during the copy?)"
+        return None
+
+    keys = sorted(now.values(), key=lambda k: k.rel)
+    for key, what in zip(keys, parallel(judge, keys), strict=True):
+        if what is not None:
+            differ(key, what)
+    out = []
+    for kind in sorted(found):
+        lines = found[kind]
+        out.extend(f"objects: {line}" for line in lines[:NAMED_PER_KIND])
+        if len(lines) > NAMED_PER_KIND:
+            out.append(f"objects: {len(lines) - NAMED_PER_KIND} more {KIND_WORDS.get(kind, kind)}s differ")
+    return out
 
 
 def _compare_keys(dst: Opened, src_keys: list[Key], dst_keys: list[Key],
