@@ -226,7 +226,7 @@ def objects(src: Opened, dst: Opened, began: list[Key], dst_keys: list[Key]) -> 
     for key, what in zip(keys, parallel(judge, keys), strict=True):
         if what is not None:
             differ(key, what)
-    out = []
+    out: list[str] = []
     for kind in sorted(found):
         lines = found[kind]
         out.extend(f"objects: {line}" for line in lines[:NAMED_PER_KIND])
