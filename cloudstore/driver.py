@@ -94,7 +94,8 @@ BUCKET = DriverInfo(
     ("s3", "file"),
     "Link store driver keeping an agent's things in an S3-compatible bucket or a local folder.",
     """\
-  LNK_BUCKET_URL          s3://BUCKET[/PREFIX] or file:///ABSOLUTE/FOLDER (required)
+  LNK_BUCKET_URL          s3://BUCKET[/PREFIX] or file:///ABSOLUTE/FOLDER (required; the
+                          folder must exist: a typo is refused, never made a new store)
   AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL
                           endpoint of an S3-compatible service (MinIO, R2, moto...)
   AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_PROFILE, AWS_DEFAULT_REGION
@@ -140,16 +141,25 @@ class Answerer:
 
             location = parse_location(self.info.setting, os.environ.get(self.info.setting), self.info.schemes)
             try:
-                store = open_store(location)
-            except Exception as exc:  # a folder that cannot be made, an SDK that finds no credentials
-                # The detail names folders and endpoints: the operator's log has it, the reply only its kind.
+                store = open_store(location, create=False, setting=self.info.setting)  # a typo makes no new store
+            except SettingError as exc:  # no credentials, no such folder: the message says what to set
                 log.error("cannot open the store: %s", exc)
-                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-                raise SettingError(f"{self.info.setting} names a store that cannot be opened: {why}") from exc
+                raise
+            except Exception as exc:  # a folder that cannot be read, an SDK that finds no credentials
+                # The detail names folders and endpoints: the operator's log has it, the reply only its kind.
+                log.error("cannot open the store: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
+                raise SettingError(open_failure(self.info.setting, exc)) from exc
             self.service = Service(Space(store, location.prefix),
                                    scheduler_ops=os.environ.get(SCHEDULER_OPS_SETTING) == "1")
             self.service.space.deferred = []  # packing and index drops wait until the reply is out
         return self.service
+
+    def named(self, reply: dict) -> dict:
+        """An error reply saying the bucket does not exist, with the setting that names it."""
+        why, setting = reply.get("error"), self.info.setting
+        if reply.get("reply") == "error" and isinstance(why, str) and BUCKET_GONE in why and setting not in why:
+            return {**reply, "error": f"{why} (the bucket {setting} names: check the setting)"}
+        return reply
 
     def after_reply(self) -> None:
         """The work a reply left for after it was sent (packing), so no reply waits on it.
@@ -177,9 +187,9 @@ class Answerer:
         op = request.get("op")
         self.last_op = op if isinstance(op, str) and op in service.ops else ""
         if not log.isEnabledFor(logging.DEBUG):
-            return service.answer(request)
+            return self.named(service.answer(request))
         before, start = service.space.store.requests, time.perf_counter()
-        reply = service.answer(request)
+        reply = self.named(service.answer(request))
         shown_op = op if isinstance(op, str) and len(op) <= SHOWN_MAX else shown(op)
         requests, ms = service.space.store.requests - before, round((time.perf_counter() - start) * 1000, 2)
         log.debug(
@@ -187,6 +197,23 @@ class Answerer:
             extra={"op": shown_op, "reply": reply.get("reply"), "requests": requests, "ms": ms},
         )
         return reply
+
+
+#: What both backends' refusal says of a bucket that does not exist (``StoreRefused``, s3.py and gcs.py).
+BUCKET_GONE = "the bucket does not exist"
+
+
+def open_failure(setting: str, exc: BaseException) -> str:
+    """Why the store could not be opened, as a reply: what to fix, never a folder or an endpoint.
+
+    Google's client finds no credentials at open (``DefaultCredentialsError``):
+    that names the credentials, not the URL, which is fine.
+    """
+    if type(exc).__name__ == "DefaultCredentialsError":
+        return (f"{setting} names a store that cannot be opened: no Google credentials found: set "
+                "GOOGLE_APPLICATION_CREDENTIALS to a service account's key file, or run with an attached one")
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+    return f"{setting} names a store that cannot be opened: {why}"
 
 
 def configure_logging(name: str) -> None:

@@ -66,16 +66,31 @@ def _unescape_chunk(name: str) -> str:
 _NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
+class FolderMissing(FileNotFoundError):
+    """The store's folder does not exist (and was not to be made); ``filename`` is the folder."""
+
+    def __init__(self, folder: str) -> None:
+        super().__init__(2, "the folder does not exist: make it first (mkdir -p), or correct the URL", folder)
+
+
 class LocalBackend:
     """Objects as files below ``root``; see the module docstring."""
 
     label = "file"  # its kind, in metrics
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, create: bool = True) -> None:
+        """A store in folder ``root``; with ``create`` False, a folder that does not exist is refused.
+
+        The drivers and the admin tool's readers pass False: a typo in
+        ``file:///...`` must not silently make (and leave behind) a new empty
+        store that answers every read with nothing.
+        """
+        if not create and not os.path.isdir(root):
+            raise FolderMissing(root)
         os.makedirs(root, mode=0o700, exist_ok=True)
         self.root = os.path.realpath(root)
         self.locks = os.path.join(self.root, _OBJ + "locks")
-        self._makedirs(self.locks)
+        self._locks_made = False  # made on the first write or lock: a store only read is left as it was
         self.clock = StoreClock(probe=self._probe_clock)
 
     def _makedirs(self, folder: str) -> None:
@@ -109,8 +124,16 @@ class LocalBackend:
             written = os.fstat(f.fileno()).st_mtime_ns / 1e9
         self.clock.observe(sent, time.time(), written, _MTIME_RESOLUTION)
 
+    def _lock_folder(self) -> str:
+        """The folder of the lock files, made on first need."""
+        if not self._locks_made:
+            self._makedirs(self.locks)
+            self._locks_made = True
+        return self.locks
+
     def _probe_clock(self) -> None:
-        probe = os.path.join(self.locks, f"clock.{os.getpid()}.{time.monotonic_ns()}")
+        # In the root, named as no object is (listings skip it): a store only read gets no lock folder.
+        probe = os.path.join(self.root, f"{_OBJ}clock.{os.getpid()}.{time.monotonic_ns()}")
         self._write_file(probe, b"")
         os.remove(probe)
 
@@ -126,7 +149,7 @@ class LocalBackend:
     @contextmanager
     def _locked(self, key: str) -> Iterator[None]:
         stripe = zlib.crc32(key.encode()) % _STRIPES
-        fd = os.open(os.path.join(self.locks, str(stripe)), os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
+        fd = os.open(os.path.join(self._lock_folder(), str(stripe)), os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

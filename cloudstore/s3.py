@@ -205,6 +205,18 @@ def make_client(timeout: float = 10.0, client_args: Mapping[str, Any] | None = N
     return boto3.session.Session().client("s3", config=Config(**config_options(timeout)), **(client_args or {}))
 
 
+NO_CREDENTIALS = (
+    "LNK_BUCKET_URL names a store that cannot be opened: no AWS credentials found: set AWS_ACCESS_KEY_ID "
+    "and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE, or run where a role provides them"
+)
+
+
+def _has_credentials(client: Any) -> bool:
+    """Whether boto3 found credentials for ``client`` (resolved when it was made); True when it can't tell."""
+    signer = getattr(client, "_request_signer", None)
+    return getattr(signer, "_credentials", True) is not None
+
+
 class S3Backend:
     """Objects in one S3 bucket.
 
@@ -217,6 +229,12 @@ class S3Backend:
 
     def __init__(self, bucket: str, timeout: float = 10.0, client: Any = None) -> None:
         self.client: Any = make_client(timeout) if client is None else client
+        if client is None and not _has_credentials(self.client):
+            # Else every request fails signing (botocore's NoCredentialsError): an "internal error"
+            # and a traceback per request, for what is the operator's setting to fix.
+            from .settings import SettingError
+
+            raise SettingError(NO_CREDENTIALS)
         self.bucket = bucket
         self.clock = StoreClock(probe=probe_by_reading(self.get))
         # Every reply's Date header tells the store's time (see clock.py).

@@ -110,7 +110,7 @@ from .client import program_argv
 from .scheduling.config import ConfigError, Settings, load
 from .scheduling.fire import FireCommand
 from .scheduling.log import log
-from .scheduling.runner import Runner
+from .scheduling.runner import Runner, startup_problem
 from .scheduling.store_client import (
     Agent,
     AgentStore,
@@ -239,6 +239,25 @@ def fire_command(settings: Settings) -> FireCommand:
     return FireCommand(settings.fire, settings.fire_timeout, settings.fire_pass_env, settings.fire_env)
 
 
+def startup_check(settings: Settings, runner: Runner) -> list[str]:
+    """Ask each agent's store once; the lines naming each permanent misconfiguration (none: start).
+
+    A store that is only unreachable is logged (``store_unreachable``) and
+    left to the runner, which retries it with backoff.
+    """
+    lines = []
+    for cfg, store in zip(settings.agents, runner.stores, strict=True):
+        found = startup_problem(store, cfg.bridge)
+        if found is None:
+            continue
+        if found.permanent:
+            lines.append(found.line())
+        else:
+            log("store_unreachable", runner=settings.runner, agent=cfg.agent.label(), owner=cfg.agent.owner,
+                error=found.problem)
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Lines of Python's logging (a module's warning) as JSON too, beside the events ``log`` writes itself.
     jsonlog.configure("lnk-cloud-scheduler", logging.WARNING, "%(message)s", json_format=True, capture_stderr=False)
@@ -258,6 +277,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if exporter is not None:
         log("metrics", port=exporter.address[1] if exporter.address else None,
             host=exporter.address[0] if exporter.address else None, file=settings.metrics_file)
+    problems = startup_check(settings, runner)
+    if problems:
+        for line in problems:
+            print(f"lnk-cloud-scheduler: {line}", file=sys.stderr)
+        for client in clients:
+            client.close()
+        runner.listener.close()
+        runner.claimer.shutdown()
+        if exporter is not None:
+            exporter.stop()
+        return 2
 
     def on_signal(signum: int, _frame: object) -> None:
         # First signal: finish what's under way. Second: die now (fires die with us).

@@ -59,8 +59,13 @@ def parse_location(setting: str, value: str | None, schemes: tuple[str, ...]) ->
     return Location(parts.scheme, bucket, prefix + "/" if prefix else "")
 
 
-def open_backend(location: Location) -> Backend:
-    """The backend for a location; SDKs are imported here, not before."""
+def open_backend(location: Location, create: bool = True, setting: str = "the file:// URL") -> Backend:
+    """The backend for a location; SDKs are imported here, not before.
+
+    ``create`` False: a ``file://`` folder that does not exist is refused
+    (a SettingError naming ``setting``, not the folder) instead of made;
+    buckets are never made.
+    """
     if location.scheme == "gs":
         from .gcs import GCSBackend
 
@@ -69,16 +74,22 @@ def open_backend(location: Location) -> Backend:
         from .s3 import S3Backend
 
         return S3Backend(location.bucket)
-    from .local import LocalBackend
+    from .local import FolderMissing, LocalBackend
 
-    return LocalBackend(location.bucket)
+    try:
+        return LocalBackend(location.bucket, create=create)
+    except FolderMissing:
+        raise SettingError(
+            f"{setting} names a store that cannot be opened: its folder does not exist (it is not made: "
+            "make it first, mkdir -p, or correct the URL)"
+        ) from None
 
 
-def open_store(location: Location) -> RetryingStore:
+def open_store(location: Location, create: bool = True, setting: str = "the file:// URL") -> RetryingStore:
     """The retrying, framing store every collection writes through.
 
     ``LNK_STORE_FAILPOINT=N`` (tests only) makes the process kill itself
     before its Nth store request, to prove every op whole after a crash.
     """
     die_at = os.environ.get(FAILPOINT, "")
-    return RetryingStore(open_backend(location), die_at=int(die_at) if die_at.isdigit() else None)
+    return RetryingStore(open_backend(location, create, setting), die_at=int(die_at) if die_at.isdigit() else None)

@@ -58,6 +58,8 @@ def point_store(store: Any, label: str) -> Any:
     """A location of one kill point's own, below the test's store (a ``support.StoreUnderTest``)."""
     setting = "LNK_GCS_URL" if store.backend == "gcs" else "LNK_BUCKET_URL"
     url = f"{store.url.rstrip('/')}/{re.sub(r'[^a-z0-9-]+', '-', label.lower())}-{uuid.uuid4().hex[:8]}"
+    if store.backend == "file":
+        os.makedirs(url[len("file://"):])  # the drivers refuse a folder that does not exist
     return replace(store, env={**store.env, setting: url}, url=url)
 
 

@@ -211,7 +211,7 @@ def test_a_huge_unknown_op_is_not_echoed_whole(tmp_path) -> None:
 
     request = json.dumps({"op": "x" * 900_000, "agent": {"id": "a"}})
     done = subprocess.run(["lnk-bucket-store", "call"], input=line(request), capture_output=True, timeout=120,
-                          env={**__import__("os").environ, "LNK_BUCKET_URL": f"file://{tmp_path}/store",
+                          env={**__import__("os").environ, "LNK_BUCKET_URL": f"file://{tmp_path}",
                                "LNK_STORE_LOG": "debug"})
     reply = json.loads(done.stdout)
     assert reply["reply"] == "error" and reply["error"].startswith("unknown op 'xxx")

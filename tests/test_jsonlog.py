@@ -140,6 +140,7 @@ def test_bridge_and_its_drivers_log_json_with_the_flag(short_dir: Path) -> None:
     (short_dir / "k1").write_text(hex_key + "\n")
     os.chmod(short_dir / "k1", 0o600)
     env = {k: v for k, v in os.environ.items() if k != "LNK_LOG_FORMAT"}
+    (short_dir / "bucket").mkdir(exist_ok=True)  # drivers refuse a folder that does not exist
     proc = subprocess.Popen(
         [sys.executable, "-m", "cloudstore.bridge.cli", "--harness", str(harness), "--agent-id", "a1",
          "--no-owner", "--key-file", str(short_dir / "k1"), "--agent-folder", str(folder),
@@ -173,6 +174,7 @@ def test_bridge_and_its_drivers_log_json_with_the_flag(short_dir: Path) -> None:
 
 def test_admin_logs_json_and_keeps_its_report_on_stdout(tmp_path: Path) -> None:
     url = f"file://{tmp_path / 'store'}"
+    (tmp_path / "store").mkdir()  # drivers refuse a folder that does not exist
     put = subprocess.run(["lnk-bucket-store", "call"], capture_output=True, text=True, timeout=60,
                          input=json.dumps({"op": "append", "agent": {"id": "a", "owner": None}, "thread": "t",
                                            "event": {"seq": 1}}), env={**os.environ, "LNK_BUCKET_URL": url})

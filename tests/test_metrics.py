@@ -241,6 +241,7 @@ def test_requests_on_the_space_pool_threads_count_for_the_op(machines: Machines)
 def test_serve_driver_writes_its_counters_for_the_exporter(tmp_path: Path) -> None:
     folder = tmp_path / "metrics"
     folder.mkdir()
+    (tmp_path / "bucket").mkdir(exist_ok=True)  # drivers refuse a folder that does not exist
     env = {"LNK_BUCKET_URL": f"file://{tmp_path / 'bucket'}", metrics.METRICS_DIR: str(folder)}
     agent = fresh_agent()
     with ServeProcess("lnk-bucket-store", env) as proc:
@@ -304,6 +305,7 @@ def _stop(proc: subprocess.Popen) -> tuple[bytes, bytes]:
 
 def test_bridge_writes_its_calls_and_its_drivers_counters_to_a_file(short_dir: Path) -> None:
     prom = short_dir / "bridge.prom"
+    (short_dir / "bucket").mkdir(exist_ok=True)  # drivers refuse a folder that does not exist
     env = {"LNK_BUCKET_URL": f"file://{short_dir / 'bucket'}"}
     proc, sock, key = _bridge(short_dir, env, "--metrics-file", str(prom))
     try:
@@ -331,6 +333,7 @@ def test_bridge_writes_its_calls_and_its_drivers_counters_to_a_file(short_dir: P
 
 
 def test_bridge_serves_get_metrics(short_dir: Path) -> None:
+    (short_dir / "bucket").mkdir(exist_ok=True)  # drivers refuse a folder that does not exist
     env = {"LNK_BUCKET_URL": f"file://{short_dir / 'bucket'}"}
     proc, sock, key = _bridge(short_dir, env, "--metrics-port", "0", "--log-format", "json", "--log-level", "INFO")
     try:
@@ -366,6 +369,7 @@ def test_metrics_flags_are_checked() -> None:
 
 
 def test_scheduler_file_counts_each_event_and_its_drivers_requests(tmp_path: Path) -> None:
+    (tmp_path / "bucket").mkdir(exist_ok=True)  # drivers refuse a folder that does not exist
     env = {"LNK_BUCKET_URL": f"file://{tmp_path / 'bucket'}"}
     prom = tmp_path / "scheduler.prom"
     config = tmp_path / "scheduler.json"

@@ -150,6 +150,7 @@ def test_idle_connections_to_the_bridges_metrics_port_leave_proved_calls_answere
     key_file = short_dir / "k1"
     key_file.write_text(key_hex + "\n")
     key_file.chmod(0o600)
+    (short_dir / "bucket").mkdir(exist_ok=True)  # drivers refuse a folder that does not exist
     proc = subprocess.Popen(
         [sys.executable, "-m", "cloudstore.bridge.cli", "--harness", str(harness), "--agent-id", "a1",
          "--agent-owner", "o", "--key-file", str(key_file), "--agent-folder", str(folder),
@@ -193,6 +194,7 @@ def test_idle_connections_to_the_bridges_metrics_port_leave_proved_calls_answere
 
 def test_idle_connections_to_the_schedulers_metrics_port_leave_it_serving_and_firing(tmp_path: Path, idle) -> None:
     """Before: every idle connection held a thread and a descriptor; at the fd limit nothing was served."""
+    (tmp_path / "bucket").mkdir(exist_ok=True)  # drivers refuse a folder that does not exist
     env = {"LNK_BUCKET_URL": f"file://{tmp_path / 'bucket'}"}
     fired = tmp_path / "fired"
     config = tmp_path / "scheduler.json"

@@ -105,6 +105,8 @@ def _run(args: argparse.Namespace) -> int:
             _say(args, str(exc))
             return 1
         print(json.dumps(report, indent=2, sort_keys=False) if args.json else inspect.table(report))
+        if not report["totals"]["agents"]:
+            _say(args, "this store holds no agent: is the URL the one the drivers use?")
         return 0
     if args.command == "gc":
         from . import gc

@@ -240,7 +240,7 @@ def _overlap(a: Opened, b: Opened) -> bool:
 def migrate(src_url: str, dst_url: str, force: bool = False, workers: int = WORKERS,
             log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> Summary:
     """Copy, resume, verify: see the module docstring."""
-    src, dst = open_url(src_url, "SRC"), open_url(dst_url, "DST")
+    src, dst = open_url(src_url, "SRC"), open_url(dst_url, "DST", create=True)
     if _overlap(src, dst):
         raise Refused("the source and the destination overlap (one lies inside the other)")
     summary = Summary(_where(src), _where(dst))

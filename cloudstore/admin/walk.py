@@ -162,11 +162,12 @@ class OpError(Exception):
     """An op the tool sent answered an error."""
 
 
-def open_url(url: str, what: str = "URL") -> Opened:
+def open_url(url: str, what: str = "URL", create: bool = False) -> Opened:
     """Open ``file:///...``, ``s3://bucket/prefix`` or ``gs://bucket/prefix``; endpoints and
-    credentials come from the environment the drivers read (``settings.py``)."""
+    credentials come from the environment the drivers read (``settings.py``).  A ``file://``
+    folder that does not exist is refused unless ``create`` (a migration's destination)."""
     location = parse_location(what, url, ("gs", "s3", "file"))
-    store = open_store(location)
+    store = open_store(location, create, setting=what)
     space = Space(store, location.prefix)
     return Opened(url, location, store, space, Service(space))
 

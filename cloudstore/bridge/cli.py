@@ -200,6 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         driver_env.setdefault(jsonlog.FORMAT_SETTING, "json")  # one stream of JSON lines: the drivers' stderr is ours
     if exporter is not None:
         driver_env.update(exporter.driver_env)
+    unset = missing_driver_setting(args.driver, driver_env)
+    if unset is not None:
+        log.warning("the driver %s has no %s (in --driver-env or the environment): every call will answer "
+                    "an error naming it", args.driver, unset)
     problem = harness_problem(args.harness)
     if problem is not None:
         log.error("cannot start: %s", problem)
@@ -222,6 +226,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         bridge.stop()
         _stopped(exporter, 0)
     return 0
+
+
+#: The setting each of this project's drivers cannot work without (``driver.py``).
+DRIVER_SETTINGS = {"lnk-bucket-store": "LNK_BUCKET_URL", "lnk-gcs": "LNK_GCS_URL"}
+
+
+def missing_driver_setting(driver: str, driver_env: dict[str, str]) -> str | None:
+    """The setting one of our drivers needs and will not get (``--driver-env`` or the environment), if any."""
+    words = driver.split()
+    setting = DRIVER_SETTINGS.get(os.path.basename(words[0])) if words else None
+    if setting is None or driver_env.get(setting) or os.environ.get(setting):
+        return None
+    return setting
 
 
 def harness_problem(harness: str) -> str | None:

@@ -52,7 +52,7 @@ from .claiming import Claimer, due_of
 from .fire import FireCommand
 from .log import log
 from .peers import Peers
-from .store_client import Agent, AgentStore, StoreCallError
+from .store_client import Agent, AgentStore, NotSent, StoreCallError
 from .watch import Due, Poll, Source
 
 WORKERS = 4  # jobs a runner fires at once by default: one long fire doesn't hold up the others
@@ -91,6 +91,68 @@ class Timing:
         """How long a due job another runner owns waits before this one claims it: its owner's
         poll (up to ``look_interval`` after ours) and claim come first."""
         return self.look_interval + self.backoff
+
+
+# -- the start-up check: one request to each agent's store ------------------
+
+#: An error reply no retry changes starts so: the driver's own setting (``LNK_BUCKET_URL`` /
+#: ``LNK_GCS_URL`` missing or malformed, a folder or bucket that does not exist, no credentials:
+#: ``settings.SettingError``) or the store's refusal (``generations.StoreRefused``: credentials not
+#: accepted, a bucket that does not exist...).  A bridge's own ``refused:`` (a wrong key, an agent
+#: it does not serve) is judged by ``bridge.client.bridge_error_word``.
+_PERMANENT_PREFIXES = ("LNK_", "the store refused the request")
+
+
+@dataclass(frozen=True)
+class StartupProblem:
+    """Why an agent's store did not answer the start-up request; ``permanent`` when no retry helps."""
+
+    agent: Agent
+    problem: str
+    fix: str
+    permanent: bool
+
+    def line(self) -> str:
+        return f"agent {self.agent.id!r} (owner {self.agent.owner!r}): {self.problem}; {self.fix}"
+
+
+def startup_problem(store: AgentStore, via: str | None = None) -> StartupProblem | None:
+    """Ask ``store`` once (``job_mark``, one read); None when it answered, else what is wrong.
+
+    ``via`` is the agent's bridge socket, when it has one.  A runner that
+    only logged ``store_error`` once a second forever, for a setting that
+    is missing or a key that is wrong, left the operator to find out why
+    nothing fired: a permanent problem stops it at start-up instead (exit 2),
+    naming the agent and what to fix.  Anything else (a timeout, an
+    unreachable store, a bridge restarting) is only reported: the runner
+    retries it with backoff.
+    """
+    from ..bridge.client import bridge_error_word
+
+    agent = store.agent
+    where = f"its bridge {via}" if via else "the runner's driver"
+    try:
+        reply = store.client.request({"op": "job_mark", "agent": agent.wire()})
+    except NotSent as exc:
+        fix = ("is lnk-store-bridge running with that --harness, as a user this runner may reach? "
+               "check the agent's \"bridge\" in the config")
+        return StartupProblem(agent, str(exc), fix, exc.permanent)
+    except StoreCallError as exc:
+        permanent = "could not start" in str(exc)
+        return StartupProblem(agent, str(exc), f"check {where}", permanent)
+    if reply.get("reply") != "error":
+        return None
+    error = str(reply.get("error"))
+    if via and bridge_error_word(reply) == "refused":
+        fix = "check its key_file: the bridge holds another key for this agent, or does not serve it"
+        return StartupProblem(agent, f"{where} answered: {error}", fix, True)
+    if error.startswith(_PERMANENT_PREFIXES[0]):
+        fix = (f"fix the setting for {where}" + ("" if via else " (driver_env, or the runner's environment)"))
+        return StartupProblem(agent, f"{where} answered: {error}", fix, True)
+    if error.startswith(_PERMANENT_PREFIXES[1]):
+        fix = f"check the credentials and the bucket of {where}"
+        return StartupProblem(agent, f"{where} answered: {error}", fix, True)
+    return StartupProblem(agent, f"{where} answered: {error}", "retried with backoff", False)
 
 
 def identity(found: Due) -> tuple[Agent, str, str | float]:

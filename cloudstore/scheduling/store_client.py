@@ -40,6 +40,18 @@ class StoreCallError(CloudstoreError):
     """
 
 
+class NotSent(StoreCallError):
+    """The request never left: connecting to a bridge's socket failed, so nothing was done.
+
+    ``permanent`` when no retry changes it (no such socket or folder, no
+    permission): a misconfiguration to name, never ``outcome unknown``.
+    """
+
+    def __init__(self, message: str, permanent: bool) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
 class StoreClient(Protocol):
     """Anything that sends one request (naming its agent) and returns its reply object."""
 
@@ -156,7 +168,12 @@ class BridgeStoreClient:
     def request(self, request: dict[str, Any]) -> dict[str, Any]:
         try:
             return self.bridge.request(request)
-        except Exception as exc:  # BridgeError, OSError (no socket), socket.timeout
+        except (FileNotFoundError, NotADirectoryError, PermissionError, ConnectionRefusedError) as exc:
+            # Only connect() fails so (a write or read after it resets or breaks): nothing was sent.
+            permanent = not isinstance(exc, ConnectionRefusedError)  # refused: a bridge restarting
+            raise NotSent(f"bridge {self.bridge.socket_path}: cannot connect: {exc.strerror or exc} "
+                          "(nothing was sent)", permanent) from exc
+        except Exception as exc:  # BridgeError, socket.timeout
             raise StoreCallError(f"bridge {self.bridge.socket_path}: {exc} (outcome unknown)") from exc
 
     def close(self) -> None:
