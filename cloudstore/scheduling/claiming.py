@@ -43,6 +43,10 @@ def due_of(job: dict[str, Any]) -> float:
     return float(due) if isinstance(due, (int, float)) and not isinstance(due, bool) else float("inf")
 
 
+FINISH_TRIES = 8  # a finish tried this often while the claim is ours (each try retries inside the driver too)
+FINISH_WAIT, FINISH_WAIT_MAX = 0.5, 5.0  # seconds between tries: doubling, at most this
+
+
 class Claimer:
     """Claims, fires (on ``workers`` threads) and finishes jobs for one runner."""
 
@@ -240,8 +244,24 @@ class Claimer:
         firing.  A runner that dies before that request leaves it in firing,
         to be fired again (at least once), exactly as if it had died a moment
         before a shift to ending; nothing is lost by skipping the stop.
+
+        A finish that fails (a throttle outlasting the op's deadline, a store
+        unreachable for a while) is tried again while the claim is ours: its
+        lease is still renewed, so no runner recovers a job whose fire has
+        ended.  Letting go at the first failure left the job in firing with a
+        lapsing lease, and recovery fired it again.
         """
-        moved = store.shift(job_id, "firing", "ending") if self.keep_ending else store.remove("firing", job_id)
+        for attempt in range(FINISH_TRIES):
+            try:
+                moved = store.shift(job_id, "firing", "ending") if self.keep_ending else store.remove("firing", job_id)
+                break
+            except StoreCallError as exc:
+                if claim.lost is not None or attempt == FINISH_TRIES - 1:
+                    raise
+                wait = min(FINISH_WAIT_MAX, FINISH_WAIT * 2**attempt)
+                log("finish_retry", runner=self.holder, agent=store.agent.label(), job=job_id, error=str(exc),
+                    attempt=attempt + 1, wait_s=wait)
+                time.sleep(wait)
         if not moved:
             log("lost_job", runner=self.holder, agent=store.agent.label(), job=job_id)
             self.claims.forget(claim)
