@@ -23,7 +23,10 @@ lease within twice that of each other.
 
 No single reply moves it.  A reply whose interval disagrees with the
 estimate (one front-end or proxy with a wrong clock, one reply dated an hour
-ahead) is set aside as an outlier; the estimate starts again only when
+ahead) is set aside as an outlier once two replies have agreed on the
+estimate (before that, of two disagreeing replies the one asking the
+smaller correction stands, so a process whose very first reply is off
+follows the next honest one); the estimate starts again only when
 ``RESTART_AFTER`` disagreeing replies agree among themselves and span
 ``RESTART_SPAN`` seconds of local time (a clock that really stepped), and
 any reply that agrees with the estimate again clears them.
@@ -61,6 +64,11 @@ OUTLIERS_KEPT = 16  # replies set aside, at most
 OUTLIER_MEMORY = 60.0  # seconds (local) a reply set aside still counts in ``earliest``
 
 
+def _correction(low: float, high: float) -> float:
+    """How far from this process's own clock the interval ``[low, high]`` of offsets lies."""
+    return 0.0 if low <= 0.0 <= high else min(abs(low), abs(high))
+
+
 class StoreClock:
     """This process's best knowledge of the store's time, from its replies."""
 
@@ -69,6 +77,7 @@ class StoreClock:
         self._low: float | None = None
         self._high: float | None = None
         self._outliers: list[tuple[float, float, float]] = []  # (low, high, received) set aside
+        self._confirmed = False  # whether two replies have agreed on the estimate
         self._lock = threading.Lock()
 
     def observe(self, sent: float, received: float, store_time: float, resolution: float) -> None:
@@ -77,12 +86,39 @@ class StoreClock:
         low, high = store_time - received, store_time + resolution - sent
         with self._lock:
             if self._low is None or self._high is None:
-                self._low, self._high = low, high  # first evidence
+                self._low, self._high = low, high  # first evidence: tentative until a reply agrees
             elif low <= self._high and high >= self._low:
                 self._low, self._high = max(self._low, low), min(self._high, high)
+                self._confirmed = True  # two replies agree: one wrong reply no longer moves it
                 self._outliers.clear()  # the estimate holds: what was set aside was an outlier
+            elif not self._confirmed:
+                self._unconfirmed(low, high, received)
             else:
                 self._set_aside(low, high, received)
+
+    def _unconfirmed(self, low: float, high: float, received: float) -> None:
+        """A reply that disagrees with an estimate no second reply has confirmed: either may be wrong.
+
+        If it agrees with a reply set aside before, those two agree: that is the
+        estimate, confirmed.  Otherwise both stand side by side and the estimate
+        is the one asking the smallest correction (the rule ``offset`` applies
+        within an interval), the other kept aside: so a process whose very first
+        reply was an hour off follows the next honest one, and one honest reply
+        is not displaced by a wrong second one."""
+        assert self._low is not None and self._high is not None
+        for o_low, o_high, _ in self._outliers:
+            if low <= o_high and high >= o_low:
+                self._low, self._high = max(low, o_low), min(high, o_high)
+                self._confirmed = True
+                self._outliers.clear()
+                return
+        current = (self._low, self._high, received)
+        if _correction(low, high) < _correction(self._low, self._high):
+            self._low, self._high = low, high
+            aside = current
+        else:
+            aside = (low, high, received)
+        self._outliers = [*self._outliers[-(OUTLIERS_KEPT - 1):], aside]
 
     def _set_aside(self, low: float, high: float, received: float) -> None:
         """An interval that disagrees with the estimate: kept aside; the estimate starts again from
@@ -97,6 +133,7 @@ class StoreClock:
             count += 1
         if count >= RESTART_AFTER and received - first >= RESTART_SPAN:
             self._low, self._high = agree_low, agree_high  # a clock really stepped: start again
+            self._confirmed = True  # RESTART_AFTER replies agree on it
             self._outliers.clear()
 
     def observe_http_date(self, sent: float, received: float, date: str | None) -> None:

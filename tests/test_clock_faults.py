@@ -105,6 +105,7 @@ def test_a_clock_that_really_stepped_is_followed_once_replies_agree_over_seconds
 
     clock = StoreClock()
     clock.observe(1000.0, 1000.01, 1000.0, 1.0)
+    clock.observe(1000.5, 1000.51, 1000.0, 1.0)  # a second reply agrees: the estimate stands
     for i in range(RESTART_AFTER - 1):  # one op's worth of shifted replies, close together: set aside
         clock.observe(1001.0 + i * 0.01, 1001.01 + i * 0.01, 1101.0 + i * 0.01, 1.0)
     assert clock.offset == 0.0
@@ -112,3 +113,18 @@ def test_a_clock_that_really_stepped_is_followed_once_replies_agree_over_seconds
     for i in range(RESTART_AFTER):
         clock.observe(1010.0 + i * step, 1010.01 + i * step, 1110.0 + i * step, 1.0)
     assert 99.0 <= clock.offset <= 101.0
+
+
+def test_a_first_reply_that_was_off_is_replaced_by_the_next_honest_ones() -> None:
+    """Before any two replies agree, the newer of two disagreeing ones stands: a process whose very first
+    reply was an hour off follows the honest replies after it at once (what it writes is not an hour off)."""
+    from cloudstore.clock import StoreClock
+
+    clock = StoreClock()
+    clock.observe(1000.0, 1000.01, 1000.0 - 3600, 1.0)
+    assert clock.offset < -3000
+    for i in range(3):
+        clock.observe(1000.1 + i * 0.01, 1000.11 + i * 0.01, 1000.1 + i * 0.01, 1.0)
+    assert clock.offset == 0.0
+    clock.observe(1001.0, 1001.01, 1001.0 + 3600, 1.0)  # now that two agreed, one wrong reply is set aside
+    assert clock.offset == 0.0
