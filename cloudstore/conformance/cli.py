@@ -28,7 +28,7 @@ from .transport import Transport
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="lnk-store-check",
-        description="Check that a Link store driver program keeps the store contract (wire.md), "
+        description="Check that a Link store driver program keeps the store contract (docs/protocol.md), "
         "driving it only through its commands: contract, call and serve.",
         epilog="Prints one line per check (name, PASS or FAIL, time; for a failure what was expected and what "
         "came back), then 'N passed, M failed'. Exit status: 0 when every check passed, 1 when any failed, "
