@@ -91,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say(args, "interrupted")
         return 130
+    except BrokenPipeError:
+        # Its reader went away (``inspect ... | head``): no traceback.  Point stdout at /dev/null so
+        # the interpreter's own flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def _run(args: argparse.Namespace) -> int:
