@@ -102,8 +102,15 @@ class StoreUnderTest:
 
 
 def make_store(
-    backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+    own_bucket: bool = False,
 ) -> StoreUnderTest:
+    """A fresh location on ``backend``; with ``own_bucket``, on an emulator, in a bucket of its own.
+
+    fake-gcs-server's writes slow down as a bucket fills (measured: 5,000
+    creates took 13 s into an empty bucket, 90 s beside 15,000 objects), so a
+    test that plants tens of thousands of objects takes a bucket of its own
+    and leaves the shared one as small as the other tests need."""
     tag = uuid.uuid4().hex[:12]
     if backend == "file":
         folder = tmp_path_factory.mktemp("bucket")
@@ -111,8 +118,26 @@ def make_store(
         return StoreUnderTest("file", "lnk-bucket-store", {"LNK_BUCKET_URL": url}, url)
     if backend == "moto":
         em = request.getfixturevalue("moto_server")
-        url = f"s3://{em.bucket}/{tag}"
+        bucket = _new_bucket(em, tag) if own_bucket else em.bucket
+        url = f"s3://{bucket}/{tag}"
         return StoreUnderTest("moto", "lnk-bucket-store", {**em.env, "LNK_BUCKET_URL": url}, url)
     em = request.getfixturevalue("gcs_server")
-    url = f"gs://{em.bucket}/{tag}"
+    bucket = _new_bucket(em, tag) if own_bucket else em.bucket
+    url = f"gs://{bucket}/{tag}"
     return StoreUnderTest("gcs", "lnk-gcs", {**em.env, "LNK_GCS_URL": url}, url)
+
+
+def _new_bucket(em: Any, tag: str) -> str:
+    """Make bucket ``cs-<tag>`` on the emulator ``em`` (moto: a PUT of the bucket; fake-gcs-server: a POST)."""
+    import urllib.request
+
+    name = f"cs-{tag}"
+    if em.name == "moto":
+        endpoint = em.env["AWS_ENDPOINT_URL_S3"]
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{name}", method="PUT"), timeout=30).read()
+    else:
+        host = em.env["STORAGE_EMULATOR_HOST"]
+        urllib.request.urlopen(urllib.request.Request(
+            f"{host}/storage/v1/b?project=test", data=f'{{"name": "{name}"}}'.encode(), method="POST",
+            headers={"Content-Type": "application/json"}), timeout=30).read()
+    return name

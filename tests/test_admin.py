@@ -429,6 +429,7 @@ def _migrate_chain(moto_server: Any, gcs_server: Any, tmp_path: Any, env: dict[s
     gs = f"gs://{gcs_server.bucket}/mig-{tag}/gs"
     last = f"file://{tmp_path}/last"
     began = time.monotonic()
+    os.makedirs(f"{tmp_path}/first")  # a file:// store's folder is made first: a missing one is refused
     build_big(open_url(first), EVENTS, FILES)
     print(f"\nbuilt {EVENTS} events, {FILES} files in {time.monotonic() - began:.1f} s")
 

@@ -77,15 +77,20 @@ def _ours(poll: watch.Poll) -> set[str]:
     return {due.job for due in poll.found}
 
 
-@pytest.fixture
-def service(store_env: Any) -> Any:
-    return service_of(store_env)
+@pytest.fixture(params=BACKENDS)
+def service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+            monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A fresh store in a bucket of its own (10,000 objects are planted in it)."""
+    store = make_store(request.param, request, tmp_path_factory, own_bucket=True)
+    for key, value in store.env.items():
+        monkeypatch.setenv(key, value)
+    return service_of(store)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def in_1970(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """One store per backend holding FOREIGN entries due in 1970 of an agent nobody serves (planted once)."""
-    store = make_store(request.param, request, tmp_path_factory)
+    store = make_store(request.param, request, tmp_path_factory, own_bucket=True)  # 10,000 objects: their own
     with pytest.MonkeyPatch.context() as patch:
         for key, value in store.env.items():
             patch.setenv(key, value)

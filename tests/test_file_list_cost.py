@@ -80,7 +80,7 @@ def is_listing(backend: str, seen: Seen) -> bool:
 @pytest.fixture(params=BACKENDS)
 def counted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
             monkeypatch: pytest.MonkeyPatch) -> Iterator[Counted]:
-    base = make_store(request.param, request, tmp_path_factory)
+    base = make_store(request.param, request, tmp_path_factory, own_bucket=True)  # 8,192 objects: their own
     for key, value in base.env.items():  # service_of (the filler) reads the environment
         monkeypatch.setenv(key, value)
     if request.param == "file":
