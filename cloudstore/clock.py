@@ -33,8 +33,9 @@ any reply that agrees with the estimate again clears them.
 
 Judgments that destroy or take something (a lease lapsed, a removed epoch
 old enough to purge, an orphan due entry, a tombstone) use ``earliest``: the
-least store time that any plausible reading allows (this process's own
-clock, the estimate, and the replies set aside lately), so that a wrong
+least store time that any plausible reading allows (the estimate, the
+replies set aside lately, and this process's own clock until two replies
+have agreed), so that a wrong
 clock can delay a deletion or a takeover, never bring one forward.  Times
 written (a lease's renewal, a removal's time) use ``now``, the estimate.
 """
@@ -99,26 +100,19 @@ class StoreClock:
     def _unconfirmed(self, low: float, high: float, received: float) -> None:
         """A reply that disagrees with an estimate no second reply has confirmed: either may be wrong.
 
-        If it agrees with a reply set aside before, those two agree: that is the
-        estimate, confirmed.  Otherwise both stand side by side and the estimate
-        is the one asking the smallest correction (the rule ``offset`` applies
-        within an interval), the other kept aside: so a process whose very first
-        reply was an hour off follows the next honest one, and one honest reply
-        is not displaced by a wrong second one."""
+        The one asking the smaller correction stands (the rule ``offset``
+        applies within an interval) and the other is set aside: so a process
+        whose very first reply was an hour off follows the next honest one, and
+        one honest reply is not displaced by wrong ones after it, however many
+        (they start the estimate again only as a stepped clock would: enough of
+        them, agreeing, over ``RESTART_SPAN``)."""
         assert self._low is not None and self._high is not None
-        for o_low, o_high, _ in self._outliers:
-            if low <= o_high and high >= o_low:
-                self._low, self._high = max(low, o_low), min(high, o_high)
-                self._confirmed = True
-                self._outliers.clear()
-                return
-        current = (self._low, self._high, received)
         if _correction(low, high) < _correction(self._low, self._high):
+            aside = (self._low, self._high, received)
             self._low, self._high = low, high
-            aside = current
+            self._outliers = [*self._outliers[-(OUTLIERS_KEPT - 1):], aside]
         else:
-            aside = (low, high, received)
-        self._outliers = [*self._outliers[-(OUTLIERS_KEPT - 1):], aside]
+            self._set_aside(low, high, received)
 
     def _set_aside(self, low: float, high: float, received: float) -> None:
         """An interval that disagrees with the estimate: kept aside; the estimate starts again from
@@ -168,14 +162,17 @@ class StoreClock:
         return int(self.now() * 1000)
 
     def earliest(self) -> float:
-        """The least store time now that any plausible reading allows: this process's own clock,
-        the estimate, and each reply set aside within ``OUTLIER_MEMORY``.  For judging that
+        """The least store time now that any plausible reading allows: the estimate, each reply
+        set aside within ``OUTLIER_MEMORY``, and this process's own clock until two replies agree.  For judging that
         something is old enough to delete or take over: a wrong clock then only delays it."""
         offset = self.offset
         local = time.time()
         with self._lock:
             aside = [o_low for o_low, _, received in self._outliers if local - received <= OUTLIER_MEMORY]
-        return local + min([0.0, offset, *aside])
+            # This process's own clock is a plausible reading only until two replies have agreed on
+            # the estimate: after that, a machine whose clock is behind would see every lapse late.
+            own = [] if self._confirmed else [0.0]
+        return local + min([*own, offset, *aside])
 
     def earliest_ms(self) -> int:
         """``earliest`` in whole milliseconds."""
