@@ -725,3 +725,229 @@ def test_deploy_readme_covers_every_file_and_provider():
         "once a second",
     ):
         assert needed in text, needed
+
+
+# --------------------------------------------------------------------------
+# Kubernetes (issue 29, item 6): deploy/k8s/, validated offline against the schema
+# kubernetes-validate ships for a pinned Kubernetes version.
+
+K8S = DEPLOY / "k8s"
+K8S_VERSION = "1.31.0"  # a version whose schema the pinned kubernetes-validate ships (no network needed)
+
+
+def k8s_documents() -> list[tuple[str, dict]]:
+    docs = []
+    for path in sorted(K8S.glob("*.yaml")):
+        with open(path) as f:
+            docs += [(path.name, d) for d in yaml.safe_load_all(f) if d is not None]
+    return docs
+
+
+def k8s_object(kind: str) -> dict:
+    found = [d for _, d in k8s_documents() if d["kind"] == kind]
+    assert len(found) == 1, (kind, len(found))
+    return found[0]
+
+
+def pod_spec() -> dict:
+    return k8s_object("Deployment")["spec"]["template"]["spec"]
+
+
+def container(name: str) -> dict:
+    found = [c for c in pod_spec()["containers"] if c["name"] == name]
+    assert len(found) == 1, name
+    return found[0]
+
+
+def k8s_config() -> dict[str, str]:
+    return k8s_object("ConfigMap")["data"]
+
+
+def container_argv(c: dict) -> list[str]:
+    """The program and flags a container runs: ``sh -ec SCRIPT``'s final ``exec`` line, or its command;
+    ``$VAR``/``"$VAR"`` (shell) and ``$(VAR)`` (Kubernetes) replaced from the ConfigMap."""
+    argv = list(c.get("command", [])) + list(c.get("args", []))
+    if argv[:2] == ["/bin/sh", "-ec"]:
+        assert len(argv) == 3, argv
+        last = [line for line in argv[2].strip().splitlines() if line.strip()][-1]
+        assert last.startswith("exec "), f"the script must exec the program (signals reach it): {last!r}"
+        argv = shlex.split(last)[1:]
+    env = k8s_config()
+
+    def sub(arg: str) -> str:
+        return re.sub(r"\$\(([A-Z_][A-Z0-9_]*)\)|\$([A-Z_][A-Z0-9_]*)", lambda m: env[m.group(1) or m.group(2)], arg)
+
+    return [sub(a) for a in argv]
+
+
+def test_k8s_manifests_pass_the_kubernetes_schema_strictly():
+    """Every object under deploy/k8s against the pinned version's OpenAPI schema, unknown keys refused."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    docs = k8s_documents()
+    assert {d["kind"] for _, d in docs} >= {"ConfigMap", "Deployment"}, docs
+    for name, doc in docs:
+        try:
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            raise AssertionError(f"{name}: {doc['kind']}: {exc.message}") from None
+    broken = json.loads(json.dumps(k8s_object("Deployment")))
+    broken["spec"]["template"]["spec"]["containers"][0]["securityContxt"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):  # the validator does refuse a typo
+        kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
+
+
+def test_k8s_validator_is_in_the_test_extra():
+    assert any(re.match(r"kubernetes-validate\b", r) for r in pyproject()["project"]["optional-dependencies"]["test"])
+
+
+def test_k8s_containers_run_the_projects_programs_with_flags_they_take():
+    from cloudstore.bridge.cli import _parser as bridge_parser
+    from cloudstore.scheduling.config import parser as scheduler_parser
+
+    programs = {"bridge": ("lnk-store-bridge", bridge_parser), "scheduler": ("lnk-cloud-scheduler", scheduler_parser)}
+    for name, (script, parser) in programs.items():
+        argv = container_argv(container(name))
+        assert argv[0] == script and script in console_scripts(), argv
+        parser().parse_args(argv[1:])  # exits (SystemExit) on a flag the program does not take
+        assert container(name)["image"].split(":")[0] == "cloudstore"
+
+
+def test_k8s_pod_is_non_root_read_only_with_resources_and_the_images_user():
+    steps = dockerfile_instructions(DEPLOY / "Dockerfile")
+    uid, _, gid = [args for op, args in steps if op == "USER"][-1].partition(":")
+    pod = pod_spec()["securityContext"]
+    assert pod["runAsNonRoot"] is True and str(pod["runAsUser"]) == uid and str(pod["runAsGroup"]) == gid
+    assert pod["seccompProfile"]["type"] == "RuntimeDefault"
+    for c in pod_spec()["containers"]:
+        sc = c["securityContext"]
+        assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+        assert c["resources"]["limits"]["memory"]
+        mounts = {m["mountPath"] for m in c["volumeMounts"]}
+        assert "/tmp" in mounts, f"{c['name']}: a read-only root leaves no /tmp (the metrics exporter's folder)"
+
+
+def test_k8s_probes_ask_the_metrics_port_each_program_listens_on():
+    for name in ("bridge", "scheduler"):
+        c = container(name)
+        argv = container_argv(c)
+        listen = flag_value(argv, "--metrics-port")
+        if listen is None:  # the scheduler's is in its config file
+            assert flag_value(argv, "--config") == "/etc/cloudstore/scheduler.json"
+            listen = json.loads(k8s_config()["scheduler.json"])["metrics_port"]
+        host, _, port = str(listen).rpartition(":")
+        assert host == "0.0.0.0", f"{name}: the kubelet probes the pod's address, not 127.0.0.1"
+        probes = [c[k] for k in ("startupProbe", "readinessProbe", "livenessProbe") if k in c]
+        assert "livenessProbe" in c and "startupProbe" in c, name
+        for probe in probes:
+            assert probe["httpGet"] == {"path": "/metrics", "port": int(port)}, (name, probe)
+        assert int(port) in [p["containerPort"] for p in c["ports"]]
+
+
+def test_k8s_socket_and_wake_folder_are_on_shared_empty_dirs():
+    volumes = {v["name"]: v for v in pod_spec()["volumes"]}
+
+    def mount_of(c: dict, path: str) -> str:
+        found = [m for m in c["volumeMounts"] if path == m["mountPath"] or path.startswith(m["mountPath"] + "/")]
+        assert found, (c["name"], path)
+        best = max(found, key=lambda m: len(m["mountPath"]))
+        assert "emptyDir" in volumes[best["name"]], (c["name"], path, best)
+        return best["name"]
+
+    bridge, scheduler = container("bridge"), container("scheduler")
+    harness = flag_value(container_argv(bridge), "--harness")
+    assert harness and mount_of(bridge, harness) == mount_of(scheduler, harness)
+    wake = k8s_config()["LNK_WAKE_DIR"]
+    assert mount_of(bridge, wake) == mount_of(scheduler, wake)
+    assert wake not in {m["mountPath"] for c in (bridge, scheduler) for m in c["volumeMounts"]}, (
+        "an emptyDir's own folder is world-writable and not sticky: the runners refuse it; "
+        "the wake folder is one they make inside it")
+    for c in (bridge, scheduler):
+        assert {"configMapRef": {"name": k8s_object("ConfigMap")["metadata"]["name"]}} in c["envFrom"]
+
+
+def test_k8s_secrets_are_files_never_environment_variables():
+    secrets = {v["name"] for v in pod_spec()["volumes"] if "secret" in v}
+    assert secrets, "no Secret volume"
+    for c in pod_spec()["containers"]:
+        for var in c.get("env", []):
+            assert "secretKeyRef" not in var.get("valueFrom", {}), (c["name"], var)
+        assert not [e for e in c.get("envFrom", []) if "secretRef" in e], c["name"]
+    config = k8s_config()
+    assert not any(k.startswith(("AWS_ACCESS", "AWS_SECRET")) for k in config), "credentials in the ConfigMap"
+    aws_mount = [m["mountPath"] for m in container("scheduler")["volumeMounts"] if m["name"] in secrets]
+    assert any(config["AWS_SHARED_CREDENTIALS_FILE"].startswith(p + "/") for p in aws_mount)
+
+
+def test_k8s_bridge_keys_are_copied_where_the_bridge_accepts_them(tmp_path):
+    """A Secret volume's file is root's (unreadable by uid 10001) or, with fsGroup, mode 0440: the bridge
+    refuses both. The bridge's script copies each key with mode 0600 into a folder of its own under a
+    sticky root-owned tmpfs (/dev/shm); the config's key files are there."""
+    agents = json.loads(k8s_config()["bridge-agents.json"])["agents"]
+    script = container("bridge")["args"][0]
+    assert "install -d -m 0700 /dev/shm/lnk-keys" in script
+    assert 'install -m 0600 "$key" /dev/shm/lnk-keys/' in script
+    keys_mount = [m["mountPath"] for m in container("bridge")["volumeMounts"] if m["name"] == "keys"]
+    assert keys_mount and f"for key in {keys_mount[0]}/*.key" in script
+    harness = flag_value(container_argv(container("bridge")), "--harness")
+    for agent in agents:
+        assert os.path.dirname(agent["key_file"]) == "/dev/shm/lnk-keys", agent
+        assert agent["folder"].startswith(f"{harness}/"), agent
+    # What the copy makes, the bridge's own check accepts (here, in a private folder of the same shape).
+    from cloudstore.bridge.proof import read_key_file
+
+    source = tmp_path / "secret" / "AGENT.key"
+    source.parent.mkdir()
+    key_hex = __import__("secrets").token_hex(32)
+    source.write_text(key_hex + "\n")
+    source.chmod(0o440)  # as fsGroup leaves a Secret's file
+    copy_script = script.replace("/dev/shm/lnk-keys", str(tmp_path / "lnk-keys"))
+    copy_script = copy_script.replace(keys_mount[0], str(source.parent)).replace("/srv/lnk-harness", str(tmp_path))
+    copy_lines = "\n".join(line for line in copy_script.splitlines() if not line.strip().startswith("exec "))
+    (tmp_path).chmod(0o755)
+    subprocess.run(["/bin/sh", "-ec", copy_lines], check=True, timeout=30)
+    copied = tmp_path / "lnk-keys" / "AGENT.key"
+    assert stat.S_IMODE(copied.stat().st_mode) == 0o600
+    with pytest.raises(Exception, match="group or others"):
+        read_key_file(source)
+    folder_ok = all(not os.stat(p).st_mode & 0o022 or os.stat(p).st_mode & stat.S_ISVTX
+                    for p in [str(tmp_path), *[str(q) for q in tmp_path.parents]])
+    if folder_ok:
+        assert read_key_file(copied) == bytes.fromhex(key_hex)
+
+
+def test_k8s_example_configs_pass_the_programs_own_checks(tmp_path):
+    from cloudstore.bridge.cli import CONFIG
+    from cloudstore.scheduling.config import load as load_scheduler
+
+    CONFIG.check(json.loads(k8s_config()["bridge-agents.json"]), "bridge-agents.json")
+    raw = json.loads(k8s_config()["scheduler.json"])
+    stub = tmp_path / "fire-job"
+    stub.write_text("#!/bin/sh\n")
+    stub.chmod(0o755)
+    raw["fire"] = [str(stub)] + raw["fire"][1:]
+    copy = tmp_path / "scheduler.json"
+    copy.write_text(json.dumps(raw))
+    argv = container_argv(container("scheduler"))
+    settings = load_scheduler([*(a if a != "/etc/cloudstore/scheduler.json" else str(copy) for a in argv[1:])])
+    assert settings.agents and settings.driver == k8s_config()["LNK_STORE_DRIVER"]
+    grace = pod_spec()["terminationGracePeriodSeconds"]
+    from cloudstore.scheduling.fire import GRACE
+
+    assert grace >= raw["fire_timeout"] + GRACE + 10, "SIGKILL would come before a fire under way could finish"
+
+
+def test_dockerfile_copies_what_exists_and_runs_a_program_the_project_installs():
+    steps = dockerfile_instructions(DEPLOY / "Dockerfile")
+    for op, args in steps:
+        if op == "COPY":
+            *sources, _dest = args.split()
+            for source in sources:
+                assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
+    cmd = json.loads([args for op, args in steps if op == "CMD"][-1])
+    assert cmd[0] in console_scripts()
+    ignore = [line.strip() for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    for source in ("pyproject.toml", "README.md", "cloudstore"):
+        assert source not in ignore and f"/{source}" not in ignore
