@@ -285,13 +285,35 @@ class S3Backend:
             raise _classify(exc, creating=isinstance(mode, Create), updating=isinstance(mode, Update)) from exc
 
     def delete(self, key: str, version: str | None) -> None:
+        """Remove ``key`` (only at ``version`` when given); NotFound when absent.
+
+        A conditional DELETE of a missing key is 404 on AWS S3 and moto but
+        412 on SeaweedFS (and servers like it): a 412 is asked again by a HEAD,
+        so that absent is NotFound on every server (the seam's retry counts a
+        delete that finds its key gone as its own) and PreconditionFailed means
+        another version is there.
+        """
         args: dict[str, Any] = {"Bucket": self.bucket, "Key": key}
         if version is not None:
             args["IfMatch"] = version
         try:
             self.client.delete_object(**args)
         except Exception as exc:  # noqa: BLE001
-            raise _classify(exc, updating=False) from exc
+            mapped = _classify(exc, updating=False)
+            if isinstance(mapped, PreconditionFailed) and not self._exists(key):
+                raise NotFound("412 on a conditional delete of a key that is not there") from exc
+            raise mapped from exc
+
+    def _exists(self, key: str) -> bool:
+        """Whether ``key`` is there now (a HEAD; its failures mapped as every request's)."""
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=key)
+            return True
+        except Exception as exc:  # noqa: BLE001
+            mapped = _classify(exc)
+            if isinstance(mapped, NotFound):
+                return False
+            raise mapped from exc
 
     def _pages(self, **args: Any) -> Iterator[dict[str, Any]]:
         token: str | None = None

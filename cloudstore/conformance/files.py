@@ -219,6 +219,94 @@ def paths_within_limits(ctx: Ctx) -> None:
 
 
 @checks.check
+def file_beside_folder(ctx: Ctx) -> None:
+    """A file and a folder of one name are two things: each is written, read, listed and removed on its own,
+    made in either order, and after the folder's last file was removed.
+
+    Servers whose keys are paths (MinIO, SeaweedFS) keep a folder as a
+    directory: an object `K` beside objects under `K/` is refused there (412
+    to `If-None-Match: *` while any `K/...` exists or ever did), so a driver
+    that puts a file's path straight into its key fails here.
+    """
+    a = ctx.agent()
+    # the folder first, then a file of its name
+    inner, outer = "skills/dual/inner.md", "skills/dual"
+    vi = write(ctx, a, inner, b"inner", 0)
+    vo = write(ctx, a, outer, b"outer", 0)
+    expect(ctx.ask(a, "file_read", path=outer), holding(b"outer", vo), "file_read of a file beside a folder")
+    expect(ctx.ask(a, "file_read", path=inner), holding(b"inner", vi), "file_read in a folder beside a file")
+    # a file first, then a folder of its name, two deep
+    solo, deep = "skills/solo", "skills/solo/deeper/x.md"
+    vs = write(ctx, a, solo, b"solo", 0)
+    vd = write(ctx, a, deep, b"deep", 0)
+    vs2 = write(ctx, a, solo, b"solo 2", vs)
+    expect(ctx.ask(a, "file_read", path=solo), holding(b"solo 2", vs2), "file_read of a file rewritten beside a folder")
+    expect(ctx.ask(a, "file_read", path=deep), holding(b"deep", vd), "file_read in a folder made beside a file")
+    expect(ctx.ask(a, "file_list", folder="skills/"), files(utf8_sorted([inner, outer, solo, deep])),
+           "file_list of files beside folders of their names")
+    for folder, want in (("skills/dual/", [inner]), ("skills/dual", [inner]), ("skills/solo/", [deep])):
+        expect(ctx.ask(a, "file_list", folder=folder), files(want), f"file_list {folder!r} (not the file of its name)")
+    # the folder's last file removed, then a file of its name, then the folder again
+    gone, gone_inner = "skills/gone", "skills/gone/inner.md"
+    vg = write(ctx, a, gone_inner, b"inner", 0)
+    expect(ctx.ask(a, "file_remove", path=gone_inner, version=vg), found(True), "file_remove of a folder's last file")
+    vg2 = write(ctx, a, gone, b"file now", 0)
+    expect(ctx.ask(a, "file_read", path=gone), holding(b"file now", vg2), "file_read of a file where a folder emptied")
+    vg3 = write(ctx, a, gone_inner, b"again", 0)
+    expect(ctx.ask(a, "file_read", path=gone_inner), holding(b"again", vg3), "file_read in a folder made anew")
+    # a file removed, then a folder of its name, then the file again
+    back, back_inner = "skills/back", "skills/back/inner.md"
+    vb = write(ctx, a, back, b"file", 0)
+    expect(ctx.ask(a, "file_remove", path=back, version=vb), found(True), "file_remove of a file")
+    vbi = write(ctx, a, back_inner, b"inner", 0)
+    vb2 = write(ctx, a, back, b"file again", 0)
+    # removals beside: the file goes, the folder stays; the folder's file goes, the file stays
+    expect(ctx.ask(a, "file_remove", path=outer, version=vo), found(True), "file_remove of a file beside a folder")
+    expect(ctx.ask(a, "file_read", path=inner), holding(b"inner", vi), "file_read in a folder after the file beside")
+    expect(ctx.ask(a, "file_remove", path=deep, version=vd), found(True), "file_remove in a folder beside a file")
+    expect(ctx.ask(a, "file_read", path=solo), holding(b"solo 2", vs2), "file_read of a file after the folder beside")
+    expect(ctx.ask(a, "file_read", path=back), holding(b"file again", vb2), "file_read of a file made again")
+    expect(ctx.ask(a, "file_list", folder="skills/"), files(utf8_sorted([inner, solo, gone, gone_inner, back,
+                                                                           back_inner])),
+           "file_list after removals beside folders")
+    expect(ctx.ask(a, "file_list", folder="skills/back"), files([back_inner]), "file_list 'skills/back'")
+    expect(ctx.ask(a, "file_read", path=back_inner), holding(b"inner", vbi), "file_read in a folder beside a file")
+
+
+@checks.check
+def long_path_parts(ctx: Ctx) -> None:
+    """Path parts of 256 to 393 bytes, and a path of 1,024 bytes made of such parts, are written, read back, listed
+    and removed.
+
+    A path-keyed server (MinIO, SeaweedFS) refuses a key part over 255 bytes
+    (S3 ``KeyTooLongError``): a driver that keeps such a part inline in its
+    key fails here, where the 1,017-byte single part of
+    ``paths_within_limits`` is long enough to be hashed.
+    """
+    a = ctx.agent()
+    paths = [
+        "skills/" + "a" * 256, "skills/" + "b" * 300, "skills/" + "c" * 393, "skills/k/" + "d" * 391,
+        "skills/" + "e" * 338 + "/" + "f" * 338 + "/" + "g" * 339, "skills/" + "h" * 256 + "/" + "i" * 300,
+        "instructions/" + "j" * 300,
+    ]
+    versions = {}
+    for p in paths:
+        versions[p] = write(ctx, a, p, p.encode()[-64:], 0)
+        expect(ctx.ask(a, "file_read", path=p), holding(p.encode()[-64:], versions[p]),
+               f"file_read of a path of {len(p.encode())} bytes, its longest part "
+               f"{max(len(x.encode()) for x in p.split('/'))}")
+    skills = [p for p in paths if p.startswith("skills/")]
+    expect(ctx.ask(a, "file_list", folder="skills/"), files(utf8_sorted(skills)), "file_list of long parts")
+    expect(ctx.ask(a, "file_list", folder="skills/" + "e" * 338), files([skills[4]]),
+           "file_list of a folder named by a 338-byte part")
+    expect(ctx.ask(a, "file_remove", path=skills[4], version=versions[skills[4]]), found(True),
+           "file_remove of a 1,024-byte path")
+    expect(ctx.ask(a, "file_read", path=skills[4]), NONE, "file_read of a removed 1,024-byte path")
+    expect(ctx.ask(a, "file_list", folder="skills/"), files(utf8_sorted(skills[:4] + skills[5:])),
+           "file_list after removing the 1,024-byte path")
+
+
+@checks.check
 def size_limit(ctx: Ctx) -> None:
     """4 MiB is kept; a write or append that would pass it is refused, the file left as it was."""
     a, p, fresh = ctx.agent(), "skills/big/blob", "skills/big/never"
