@@ -26,7 +26,9 @@ environment (``fire.BASE_ENV``), the runner's variables named in
 ``fire_pass_env``, and ``fire_env``: never the driver's credentials.  Flags:
 ``--agent OWNER:ID`` (split at the first colon; ``--agent ID`` without a
 colon is an agent with no owner, ``--agent :ID`` one whose owner is ""),
-``--driver``, ``--driver-env K=V``, ``--fire 'shell command'``,
+``--store-bridge SOCKET`` with ``--key-file FILE`` (the ``--agent`` agents
+through that bridge: one key file for all, or one per ``--agent`` in order,
+held to the config's both-or-neither rule), ``--driver``, ``--driver-env K=V``, ``--fire 'shell command'``,
 ``--fire-env K=V``, ``--fire-pass-env NAME``, and one flag per number above;
 flags add agents (and environment entries) to the config's and override its
 other values.
@@ -200,7 +202,9 @@ key, a wrong type or an out-of-range number stops the runner at start-up):
    "workers": 4, "keep_ending": false, "runner": "host-a",
    "metrics_port": 9464, "metrics_file": "/var/lib/lnk/scheduler.prom"}
 Flags add agents and environment entries to the file's and override the rest.
-An agent with "bridge" and "key_file" is reached through its store bridge;
+An agent with "bridge" and "key_file" is reached through its store bridge
+(on the command line: --store-bridge SOCKET --key-file FILE for the --agent
+agents, one key file for all or one per --agent in order);
 every other through this runner's own driver processes (run as
 '<driver> serve' with LNK_SCHEDULER_OPS=1).
 
@@ -232,6 +236,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="JSON config file (the primary interface)")
     p.add_argument("--agent", action="append", default=[], metavar="OWNER:ID",
                    help="an agent bound here (repeatable); ID alone: no owner")
+    p.add_argument("--store-bridge", metavar="SOCKET",
+                   help="reach the --agent agents through this store bridge (HARNESS/.link-store.sock) instead "
+                        "of a driver; needs --key-file")
+    p.add_argument("--key-file", action="append", default=[], metavar="FILE",
+                   help="with --store-bridge: the agent's key file (mode 0600); one for all the --agent agents, "
+                        "or one per --agent, in the same order")
     p.add_argument("--driver", help="the driver program (run as '<driver> serve')")
     p.add_argument("--driver-env", action="append", default=[], metavar="K=V", help="a setting for the driver")
     p.add_argument("--fire", help="shell command run for each job (spec on stdin)")
@@ -269,6 +279,33 @@ def agent_from_json(value: dict[str, Any]) -> AgentConfig:
     return AgentConfig(Agent(owner=value.get("owner"), id=value["id"]), value.get("bridge"), value.get("key_file"))
 
 
+def bridged(agents: list[AgentConfig], bridge: str | None, key_files: Sequence[str]) -> list[AgentConfig]:
+    """The ``--agent`` agents, through ``--store-bridge`` with their ``--key-file`` when given.
+
+    The config's rule, by flag: a bridge needs its key file and the other way
+    round (``_bridge_pair``), each a path as ``FILE_PATH`` checks it.  One key
+    file serves every agent; several are paired with the agents in order.
+    """
+    if bridge is None and not key_files:
+        return agents
+    if bridge is None:
+        raise ConfigError("--key-file needs --store-bridge: an agent with a key_file needs its bridge, "
+                          "and the other way round")
+    if not key_files:
+        raise ConfigError("--store-bridge needs --key-file: an agent with a bridge needs its key_file, "
+                          "and the other way round")
+    FILE_PATH.check(bridge, "--store-bridge")
+    for path in key_files:
+        FILE_PATH.check(path, "--key-file")
+    if not agents:
+        raise ConfigError("--store-bridge applies to the --agent agents: give at least one --agent")
+    if len(key_files) not in (1, len(agents)):
+        raise ConfigError(f"--key-file given {len(key_files)} times for {len(agents)} --agent agents: "
+                          "give one for all of them, or one per --agent in the same order")
+    files = list(key_files) * len(agents) if len(key_files) == 1 else list(key_files)
+    return [AgentConfig(a.agent, bridge, key) for a, key in zip(agents, files, strict=True)]
+
+
 def _flag(spec: Spec, value: Any, flag: str) -> Any:
     """A flag's value checked by the rule its config key has (None: not given)."""
     return None if value is None else spec.check(value, flag)
@@ -294,7 +331,8 @@ def load(argv: Sequence[str] | None = None) -> Settings:
 def _load(args: argparse.Namespace) -> Settings:
     raw: dict[str, Any] = load_config(args.config, SCHEMA) if args.config else {}
     fields = SCHEMA.fields
-    agents = [agent_from_json(a) for a in raw.get("agents", [])] + [agent_from_flag(a) for a in args.agent]
+    agents = [agent_from_json(a) for a in raw.get("agents", [])] + bridged(
+        [agent_from_flag(a) for a in args.agent], args.store_bridge, args.key_file)
     driver_env = {**raw.get("driver_env", {}), **_flag_env(args.driver_env, "--driver-env", ENV_NAME)}
     fire_env = {**raw.get("fire_env", {}), **_flag_env(args.fire_env, "--fire-env", FIRE_ENV_NAME)}
     pass_env = raw.get("fire_pass_env", []) + [FIRE_ENV_NAME.check(n, "--fire-pass-env") for n in args.fire_pass_env]
