@@ -133,7 +133,7 @@ class DueIndex:
         agent's runners are down) does not cost every poll a read.  Any other
         entry is answered as listed: at worst an early wake-up, never a late one.
         """
-        listed = self.space.store.list(self.root, start_after=self.root + after if after else None, limit=limit)
+        listed = self.space.store.list(self.root, start_after=start_key(self.root, after), limit=limit)
         found: list[DueEntry] = []
         now_store = self.space.store.clock.earliest()  # an orphan is judged old by the least plausible age
         reads = 0
@@ -208,6 +208,24 @@ class DueIndex:
             if entry is not None:
                 return entry.due
         return None
+
+
+def start_key(root: str, after: str | None) -> str | None:
+    """The ``start_after`` of a listing of the entries after ``after`` (a key below the root, or a bare due).
+
+    A bare due (16 hex digits: the fast scan's floor, scheduling/watch.py) is
+    a folder's own name, and SeaweedFS skips that folder's children when
+    listing after it.  So it becomes a key that is no folder's name and lies
+    between the due just before it and it in both orders: after every entry
+    of the due one step lower (their owner parts are ``-``, ``_...`` or
+    ``~`` + hex, all below ``~~``) and before every entry of ``after``.
+    """
+    if not after:
+        return None
+    if _SORTABLE.fullmatch(after):
+        below = int(after, 16) - 1
+        return None if below < 0 else f"{root}{below:016x}/~~"
+    return root + after
 
 
 def parse_entry(rest: str) -> DueEntry | None:

@@ -60,7 +60,7 @@ from .generations import (
     backoff_sleep,
     frame,
 )
-from .keys import AgentKeys
+from .keys import AgentKeys, is_old_file_part
 from .space import CAS_ROUNDS, KEEP, Contention, ContextPool, Space
 from .validate import FILE_MAX, FILES_MAX, Agent, RequestError, compact
 
@@ -151,7 +151,8 @@ class Files:
         key = keys.file(path)
         for attempt in range(CAS_ROUNDS):
             obj = self.store.get(key)
-            header, data = (None, b"") if obj is None else _split(obj.data)
+            seed = obj if obj is not None else self._old(keys, path)  # the new key takes over an old one's state
+            header, data = (None, b"") if seed is None else _split(seed.data)
             new, result = change(header, data)
             if new is KEEP:
                 return result
@@ -170,8 +171,20 @@ class Files:
             return result
         raise Contention(f"gave up after {CAS_ROUNDS} lost compare-and-set rounds on one object")
 
+    def _old(self, keys: AgentKeys, path: str) -> Object | None:
+        """The path's object in 0.4's layout (keys.py), read only where its key of this layout has none.
+
+        Once the path is written in this layout its new key shadows the old
+        one, which no driver writes again (``migrate --in-place`` deletes it).
+        """
+        old = keys.old_file(path)
+        return None if old is None else self.store.get(old)
+
     def read(self, agent: Agent, path: str) -> dict[str, Any] | None:
-        obj = self.store.get(self.space.keys(agent).file(path))
+        keys = self.space.keys(agent)
+        obj = self.store.get(keys.file(path))
+        if obj is None:
+            obj = self._old(keys, path)
         if obj is None:
             return None
         header, data = _split(obj.data)
@@ -224,9 +237,14 @@ class Files:
         if ledger is None:
             ledger = self._ledger(keys)
         base = keys.files()
+        listed_keys = {item.key for item in inline + hashed}
         judged: list[tuple[Listed, bool | None, str | None]] = []
         for i, item in enumerate(inline + hashed):
             is_hashed = i >= len(inline)
+            if not is_hashed and is_old_file_part(item.key[len(base):]):
+                old_path = keys.path_of(item.key)
+                if keys.file(old_path) in listed_keys:
+                    continue  # an old layout's key its path's key of this layout shadows (``_old``)
             live, path = self._judge(item, ledger.get(item.key[len(base):]))
             if path is None and not is_hashed:
                 path = keys.path_of(item.key)

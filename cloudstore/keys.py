@@ -12,8 +12,32 @@ The mapping is injective and never escapes an agent's key space:
 * The agent's owner is ``-`` when null and a name part otherwise, so owner
   null, owner ``""`` (``_``) and owner ``"x"`` (``_x``) are three agents.
 * File paths keep their folders (for listing a folder by prefix); each part
-  is percent-encoded as above without the ``_``.  A path whose encoding is
-  long becomes ``~/`` + SHA-256, and its name is kept in a name record.
+  is percent-encoded as above without the ``_``, and the last one ends with
+  ``%``, which percent-encoding never leaves last (it leaves ``%`` only as
+  ``%XX``; the folder store keeps ``%``, not ``=``).  So a file's key is never a
+  folder of another file's key: ``skills/a`` is ``f/skills/a%`` and
+  ``skills/a/inner.md`` is ``f/skills/a/inner.md%``.  Path-based servers
+  (MinIO, SeaweedFS: keys are filer paths) refuse an object ``K`` beside
+  objects ``K/...``; this layout never asks for one.  A path whose encoding is
+  longer than ``PATH_INLINE_MAX``, or with a part whose key part would be
+  longer than ``PART_MAX`` (255 bytes, what those servers keep), becomes
+  ``~/`` + SHA-256: a path always starts with ``instructions/`` or
+  ``skills/`` (validate.py), so no inline path has a first part ``~``; its
+  name is in its header.
+
+The rules every key keeps, whatever the names (tests/test_key_layout.py):
+no key is a proper path prefix of another, no part is longer than
+``PART_MAX`` bytes, no part is empty, ``.`` or ``..``, no key starts or ends
+with ``/``.  Nothing relies on a listing's order across a folder boundary
+(SeaweedFS walks folders: ``_x/1`` comes before ``_x%20y/1``): every
+limit-1 listing runs over parts of one length (epochs, numbers, dues), and
+file_list sorts what it answers.
+
+0.4's layout (eafe802 and before) kept a file at ``f/<path>`` without the
+``%`` last and inline up to 400 bytes a part (``old_path_part``).  Drivers still
+read such a file where its key of this layout has no object (one GET more,
+only then), and write it at its new key; ``lnk-store-admin migrate
+--in-place`` moves them all (admin/relayout.py), after which no old key is left.
 
 Layout below the store's prefix::
 
@@ -23,7 +47,7 @@ Layout below the store's prefix::
     a/<owner>/<id>/t/<thread>                      the tools narrowing
     a/<owner>/<id>/j/<job id>                      a job id's entries in every place
     a/<owner>/<id>/mark, a/<owner>/<id>/day        job_mark, job_day
-    a/<owner>/<id>/f/<path>                        a file (and its tombstone: no other object per path)
+    a/<owner>/<id>/f/<path>%                       a file (and its tombstone: no other object per path)
     a/<owner>/<id>/f/~/<sha-256 of the path>       a file whose path's encoding is long
     a/<owner>/<id>/ledger                          the file objects there were before sizes said states (files.py)
     a/<owner>/<id>/n/<hashed part>                 the name behind a hashed part
@@ -54,6 +78,10 @@ from urllib.parse import quote, unquote
 
 INLINE_MAX = 160
 PATH_INLINE_MAX = 400
+#: The longest key part path-based S3 servers keep (MinIO, SeaweedFS: a key part is a file name).
+PART_MAX = 255
+#: What ends a file key's last part: never in a percent-encoded part, so no file key is another's folder.
+FILE_END = "%"
 SEQ_DIGITS = 20
 EPOCH_DIGITS = 10
 
@@ -84,7 +112,16 @@ def decode_part(part: str) -> str:
 
 
 def path_part(path: str) -> str:
-    """The key of a file path below the agent's ``f/`` folder."""
+    """The key of a file path below the agent's ``f/`` folder (see the module docstring)."""
+    parts = [_pct(p) for p in path.split("/")]
+    inline = "/".join(parts)
+    if len(inline) <= PATH_INLINE_MAX and all(len(p) + len(FILE_END) <= PART_MAX for p in parts):
+        return inline + FILE_END
+    return "~/" + _hashed(path)[1:]
+
+
+def old_path_part(path: str) -> str:
+    """The key 0.4's layout (eafe802) gave a file path below ``f/``: no terminator, parts up to 400 bytes."""
     inline = "/".join(_pct(p) for p in path.split("/"))
     return inline if len(inline) <= PATH_INLINE_MAX else "~/" + _hashed(path)[1:]
 
@@ -95,8 +132,15 @@ def folder_part(folder: str) -> str:
 
 
 def decode_path(part: str) -> str:
-    """The path of an inline file key (not ``~/`` hashed ones)."""
+    """The path of an inline file key, of either layout (not ``~/`` hashed ones)."""
+    if part.endswith(FILE_END):
+        part = part[: -len(FILE_END)]
     return "/".join(unquote(p, errors="strict") for p in part.split("/"))
+
+
+def is_old_file_part(part: str) -> bool:
+    """Whether a key part below ``f/`` is an inline file key of 0.4's layout (not ending in ``%``, not hashed)."""
+    return not part.endswith(FILE_END) and not part.startswith("~/")
 
 
 def seq_part(seq: int) -> str:
@@ -214,6 +258,11 @@ class AgentKeys:
 
     def file(self, path: str) -> str:
         return self.files() + path_part(path)
+
+    def old_file(self, path: str) -> str | None:
+        """The key 0.4's layout gave ``path``, where it is not ``file(path)`` (read where that has none)."""
+        old = self.files() + old_path_part(path)
+        return None if old == self.file(path) else old
 
     def folder(self, folder: str) -> str:
         """The listing prefix of the inline file keys under ``folder`` (hashed ones: ``hashed_files``)."""

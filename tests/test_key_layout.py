@@ -1,0 +1,361 @@
+"""Every key the drivers write is one a path-based S3 server keeps (issue 28), and an old store carries over.
+
+Path-based servers (MinIO, SeaweedFS: keys are filer paths) refuse an
+object ``K`` beside objects ``K/...``, a key part over 255 bytes, and empty,
+``.`` or ``..`` parts.  A seeded random workload of every op family, with
+hostile names (long parts, ``~``, ``%``, ``.``, ``-``, unicode, a file beside
+a folder of its name, removed files), runs on the folder store (and on
+SeaweedFS where it is installed); then every key of the store is checked
+against those rules, and ``file_list`` against a model of the files.
+
+The carry-over: a store written by eafe802's drivers (run from a git
+worktree of that commit) is read by these drivers as it is, then moved by
+``lnk-store-admin migrate --in-place``, twice; every file, event, job,
+lease, narrowing and day is the same through all of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+import uuid
+from typing import Any
+
+import pytest
+from key_layout_state import AGENTS, b64, ok, state
+
+from cloudstore.admin.walk import Opened, open_url
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OLD = "eafe802"
+#: The longest key part path-based servers keep (keys.PART_MAX; written out: eafe802 has no such name).
+PART_MAX = 255
+
+PARTS = ["a", "a-b", "a.b", "a b", "a!", "~", "%", "%25", "-", ".x", "x.", "é", "日本", "a%20b", "_a",
+         "p" * 254, "q" * 256, "r" * 300, "é" * 130, "s" * 90]
+THREADS = ["t", "t y", "t-y", "t.y", "t%", "~", "é", "w" * 300, "t!"]
+
+
+def random_path(rng: random.Random, known: list[str]) -> str:
+    """A path: often a known file's parent or child (a file beside a folder of its name), else a new one."""
+    if known and rng.random() < 0.5:
+        base = rng.choice(known)
+        if rng.random() < 0.5 and base.count("/") >= 2:
+            return base.rsplit("/", 1)[0]  # the folder of a file, as a file
+        return base + "/" + rng.choice(PARTS)  # a file below a file's name
+    parts = [rng.choice(["skills", "instructions"])] + [rng.choice(PARTS) for _ in range(rng.randint(1, 3))]
+    path = "/".join(parts)
+    while len(path.encode("utf-8")) > 1024:
+        parts.pop()
+        path = "/".join(parts)
+    return path
+
+
+def check_keys(keys: list[str]) -> None:
+    """The rules of issue 28 over every key of a store (below its root)."""
+    present = set(keys)
+    for key in keys:
+        assert not key.startswith("/") and not key.endswith("/"), key
+        parts = key.split("/")
+        for part in parts:
+            assert part not in ("", ".", ".."), key
+            assert len(part.encode("utf-8")) <= PART_MAX, (len(part.encode("utf-8")), key)
+        for i in range(1, len(parts)):
+            assert "/".join(parts[:i]) not in present, f"{'/'.join(parts[:i])!r} is a folder of {key!r}"
+
+
+def store_keys(opened: Opened) -> list[str]:
+    return [item.key[len(opened.root):] for item in opened.store.list(opened.root)]
+
+
+def workload(opened: Opened, seed: int, ops: int) -> None:
+    """``ops`` random ops of every family on three agents, files checked against a model as they go."""
+    rng = random.Random(seed)
+    model: dict[tuple[int, str], tuple[int, bytes | None]] = {}  # (agent, path) -> (version, data or None)
+    seqs: dict[tuple[int, str], int] = {}
+    for _ in range(ops):
+        n = rng.randrange(len(AGENTS))
+        agent = AGENTS[n]
+
+        def ask(op: str, _agent: dict = agent, **args: Any) -> dict[str, Any]:
+            return ok(opened.service.answer({"op": op, "agent": _agent, **args}))
+
+        known = [p for (a, p), (_, d) in model.items() if a == n and d is not None]
+        family = rng.choice(["write", "write", "append", "remove", "read", "list", "event", "lease", "tools", "job"])
+        if family in ("write", "append", "remove", "read"):
+            path = random_path(rng, known) if family in ("write", "append") else (
+                rng.choice(known) if known else random_path(rng, known))
+            version, data = model.get((n, path), (0, None))
+            if family == "write":
+                new = os.urandom(rng.randint(0, 40))
+                reply = ask("file_write", path=path, data=b64(new), version=version if data is not None else 0)
+                assert reply == {"reply": "wrote", "version": version + 1}, (path, reply)
+                model[(n, path)] = (version + 1, new)
+            elif family == "append":
+                more = os.urandom(rng.randint(1, 10))
+                reply = ask("file_append", path=path, data=b64(more))
+                assert reply == {"reply": "wrote", "version": version + 1}, (path, reply)
+                model[(n, path)] = (version + 1, (data or b"") + more)
+            elif family == "remove":
+                reply = ask("file_remove", path=path, version=version)
+                assert reply["found"] == (data is not None), (path, reply)
+                if data is not None:
+                    model[(n, path)] = (version, None)
+            else:
+                reply = ask("file_read", path=path)
+                want = None if data is None else {"data": b64(data), "version": version}
+                assert reply["file"] == want, path
+        elif family == "list":
+            folder = rng.choice(["skills", "instructions", "skills/a", "skills/~/", "skills/" + "q" * 256])
+            under = folder.rstrip("/") + "/"
+            want = sorted((p for (a, p), (_, d) in model.items() if a == n and d is not None and p.startswith(under)),
+                          key=lambda p: p.encode("utf-8"))
+            assert ask("file_list", folder=folder)["files"] == want
+        elif family == "event":
+            thread = rng.choice(THREADS)
+            if rng.random() < 0.1:
+                ask("remove", thread=thread)
+                seqs[(n, thread)] = 0
+            else:
+                seq = seqs.get((n, thread), 0) + 1
+                assert ask("append", thread=thread, event={"seq": seq, "x": "é"})["reply"] == "done"
+                seqs[(n, thread)] = seq
+                assert ask("last", thread=thread)["last"] == seq
+        elif family == "lease":
+            thread = rng.choice(THREADS)
+            ask("take", thread=thread, holder=rng.choice(["h", "h-2"]), lapse_ms=60_000)
+            if rng.random() < 0.3:
+                ask("end", thread=thread, holder="h")
+        elif family == "tools":
+            ask("tools_narrow", thread=rng.choice(THREADS), tools=rng.sample(["x", "y", "z", "x y"], 2))
+        else:
+            job = rng.choice(["j", "j-1", "j.1", "j 1", "~", "%", "é", "k" * 200])
+            place = rng.choice(["waiting", "firing", "ending"])
+            action = rng.random()
+            if action < 0.5:
+                ask("job_put", place=place, job={"id": job, "spec": {"n": seed}, "due": rng.choice([1, 1.5, 2e9])})
+            elif action < 0.7:
+                ask("job_shift", id=job, **{"from": place, "to": rng.choice(["waiting", "firing"])})
+            elif action < 0.85:
+                ask("job_remove", place=place, id=job)
+            else:
+                ask("job_next")
+                ask("job_set_day", day=rng.randint(0, 9), sent=rng.randint(0, 9))
+    for n, agent in enumerate(AGENTS):  # every file, as the model has it, at the end
+        for (a, path), (version, data) in model.items():
+            if a == n:
+                got = ok(opened.service.answer({"op": "file_read", "agent": agent, "path": path}))["file"]
+                assert got == (None if data is None else {"data": b64(data), "version": version}), path
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_key_a_workload_writes_is_one_a_path_server_keeps(seed: int, tmp_path: Any) -> None:
+    os.makedirs(f"{tmp_path}/store")
+    opened = open_url(f"file://{tmp_path}/store")
+    workload(opened, seed, 250)
+    keys = store_keys(opened)
+    assert any(k.split("/")[3] == "f" for k in keys)
+    check_keys(keys)
+
+
+def test_the_workload_on_seaweedfs(seaweed_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same on SeaweedFS, whose keys are filer paths: every op answers, and the keys keep the rules."""
+    for key, value in seaweed_server.env.items():
+        monkeypatch.setenv(key, value)
+    opened = open_url(f"s3://{seaweed_server.bucket}/{uuid.uuid4().hex[:12]}")
+    workload(opened, 7, 150)
+    check_keys(store_keys(opened))
+
+
+def test_a_file_beside_a_folder_of_its_name_in_both_orders(tmp_path: Any) -> None:
+    os.makedirs(f"{tmp_path}/store")
+    opened = open_url(f"file://{tmp_path}/store")
+    agent = AGENTS[0]
+
+    def ask(op: str, **args: Any) -> dict[str, Any]:
+        return ok(opened.service.answer({"op": op, "agent": agent, **args}))
+
+    assert ask("file_write", path="skills/dual/inner.md", data=b64(b"i"), version=0)["version"] == 1
+    assert ask("file_write", path="skills/dual", data=b64(b"d"), version=0)["version"] == 1
+    assert ask("file_remove", path="skills/dual", version=1)["found"]
+    assert ask("file_write", path="skills/other", data=b64(b"o"), version=0)["version"] == 1
+    assert ask("file_write", path="skills/other/x", data=b64(b"x"), version=0)["version"] == 1
+    assert ask("file_write", path="skills/dual", data=b64(b"d2"), version=0)["version"] == 2
+    assert ask("file_list", folder="skills")["files"] == ["skills/dual", "skills/dual/inner.md", "skills/other",
+                                                          "skills/other/x"]
+    check_keys(store_keys(opened))
+
+
+# -- the carry-over from eafe802's layout
+
+WRITER = r"""
+import base64, json, sys
+from cloudstore.settings import open_store, parse_location
+from cloudstore.space import Space
+from cloudstore.service import Service
+loc = parse_location("LNK_BUCKET_URL", sys.argv[1], ("file",))
+service = Service(Space(open_store(loc), loc.prefix))
+for line in sys.stdin:
+    reply = service.answer(json.loads(line))
+    assert reply.get("reply") != "error", (line, reply)
+    print(json.dumps(reply))
+"""
+
+LONG_PART = "skills/" + "l" * 300 + "/SKILL.md"  # inline in eafe802's layout (400 bytes), over 255 a part
+HASHED = "skills/" + "/".join(["h" * 200] * 3)  # hashed in both layouts
+
+
+def old_requests() -> list[dict[str, Any]]:
+    """A store's worth of everything, in eafe802's hands: files of every kind, events, jobs, a lease, tools."""
+    out: list[dict[str, Any]] = []
+    for agent in AGENTS[:2]:
+        def put(op: str, _agent: dict = agent, **args: Any) -> None:
+            out.append({"op": op, "agent": _agent, **args})
+
+        for path in ["skills/a", "skills/a/inner.md", "skills/~", "skills/%", "skills/a b", "instructions/é",
+                     LONG_PART, HASHED, "skills/gone", "skills/twice"]:
+            put("file_write", path=path, data=b64(path.encode()), version=0)
+        put("file_remove", path="skills/gone", version=1)
+        put("file_write", path="skills/twice", data=b64(b"2"), version=1)
+        for seq in (1, 2, 3):
+            put("append", thread="t y", event={"seq": seq, "n": 10**30})
+        put("append", thread="t", event={"seq": 1})
+        put("take", thread="t", holder="h", lapse_ms=60_000)
+        put("tools_narrow", thread="t y", tools=["x", "y"])
+        put("job_put", place="waiting", job={"id": "j 1", "spec": {"s": 1}, "due": 1.5})
+        put("job_put", place="firing", job={"id": "j-2", "spec": None, "due": 2})
+        put("job_set_day", day=3, sent=4)
+    return out
+
+
+@pytest.fixture(scope="module")
+def old_tree() -> Any:
+    where = "/tmp/old-h5"
+    if not os.path.isdir(where):
+        subprocess.run(["git", "-C", REPO, "worktree", "add", "-f", where, OLD], check=True, capture_output=True)
+    return where
+
+
+def test_a_store_of_eafe802_is_read_as_it_is_then_moved_in_place(old_tree: str, tmp_path: Any) -> None:
+    from cloudstore.admin import relayout
+
+    url = f"file://{tmp_path}/store"
+    os.makedirs(f"{tmp_path}/store")
+    lines = "".join(json.dumps(r) + "\n" for r in old_requests())
+    env = dict(os.environ, PYTHONPATH=old_tree)
+    run = subprocess.run([sys.executable, "-c", WRITER, url], input=lines, env=env, capture_output=True, text=True,
+                         cwd=old_tree, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    old_state = subprocess.run([sys.executable, "-c", STATE_DUMP, url], env=env, capture_output=True, text=True,
+                               cwd=old_tree, timeout=300)
+    assert old_state.returncode == 0, old_state.stderr[-3000:]
+    before = json.loads(old_state.stdout)
+
+    opened = open_url(url)
+    old_keys = relayout.old_file_keys(list_keys(opened))
+    assert old_keys  # eafe802 wrote keys of its layout: there is something to carry over
+    assert state(opened) == before  # read as it is, before any move
+
+    moved = relayout.relayout(url)
+    assert moved.ok and moved.moved == len(old_keys), moved.as_dict()
+    assert not relayout.old_file_keys(list_keys(opened))
+    again = relayout.relayout(url)  # a rerun refuses nothing and has nothing to do
+    assert again.ok and again.moved == 0 and again.left == [], again.as_dict()
+    fresh = open_url(url)  # a fresh process: nothing remembered
+    assert state(fresh) == before
+    check_keys(store_keys(fresh))
+
+
+def test_a_move_cut_short_is_finished_by_a_rerun(old_tree: str, tmp_path: Any) -> None:
+    """Half moved (written at the new key, the old not yet deleted), a rerun verifies and deletes."""
+    from cloudstore.admin import relayout
+
+    url = f"file://{tmp_path}/store"
+    os.makedirs(f"{tmp_path}/store")
+    lines = "".join(json.dumps(r) + "\n" for r in old_requests()[:12])
+    run = subprocess.run([sys.executable, "-c", WRITER, url], input=lines, env=dict(os.environ, PYTHONPATH=old_tree),
+                         capture_output=True, text=True, cwd=old_tree, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    opened = open_url(url)
+    todo = relayout.old_file_keys(list_keys(opened))
+    before = state(opened)
+    first = todo[0]
+    raw = opened.store.get(first.key)
+    assert raw is not None
+    header, data = json.loads(raw.data.partition(b"\n")[0]), raw.data.partition(b"\n")[2]
+    from cloudstore.files import body
+    from cloudstore.generations import Create
+
+    opened.store.put(relayout.new_key_of(first, header["path"]), body(header, data, Create().lineage), Create())
+    moved = relayout.relayout(url)
+    assert moved.ok and moved.resumed == 1 and moved.moved == len(todo) - 1, moved.as_dict()
+    assert state(open_url(url)) == before
+
+
+def list_keys(opened: Opened) -> list[Any]:
+    from cloudstore.admin.walk import list_all
+
+    return list_all(opened)
+
+
+STATE_DUMP = f"""
+import json, sys
+sys.path.insert(0, {os.path.join(REPO, "tests")!r})
+""" + r"""
+from key_layout_state import state
+from cloudstore.admin.walk import open_url
+print(json.dumps(state(open_url(sys.argv[1]))))
+"""
+
+
+def test_what_reading_both_layouts_costs(old_tree: str, tmp_path: Any) -> None:
+    """The GETs a file op sends: the old key is read only where the new key has no object.
+
+    An existing file: 1 GET (read) and 1 GET + 1 PUT (write), as before.  A
+    missing file's read, and a path's first write: 1 GET more (its old key).
+    A file of the old layout: 2 GETs to read (new, then old); its first write
+    moves it (2 GETs, 1 PUT), and from then on it costs what any file does.
+    """
+    url = f"file://{tmp_path}/store"
+    os.makedirs(f"{tmp_path}/store")
+    agent = AGENTS[0]
+    lines = json.dumps({"op": "file_write", "agent": agent, "path": "skills/old", "data": b64(b"o"), "version": 0})
+    run = subprocess.run([sys.executable, "-c", WRITER, url], input=lines + "\n",
+                         env=dict(os.environ, PYTHONPATH=old_tree), capture_output=True, text=True, cwd=old_tree,
+                         timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    opened = open_url(url)
+    store = opened.store
+    counts = {"get": 0, "put": 0}
+    real_get, real_put = store.get, store.put
+
+    def get(*args: Any, **kw: Any) -> Any:
+        counts["get"] += 1
+        return real_get(*args, **kw)
+
+    def put(*args: Any, **kw: Any) -> Any:
+        counts["put"] += 1
+        return real_put(*args, **kw)
+
+    store.get, store.put = get, put  # type: ignore[method-assign]
+
+    def cost(op: str, **args: Any) -> tuple[int, int]:
+        counts.update(get=0, put=0)
+        ok(opened.service.answer({"op": op, "agent": agent, **args}))
+        return counts["get"], counts["put"]
+
+    assert ok(opened.service.answer({"op": "file_list", "agent": agent, "folder": "skills"}))["files"] == [
+        "skills/old"]  # the agent's ledger is known from here on
+    assert cost("file_read", path="skills/old") == (2, 0)
+    assert cost("file_read", path="skills/missing") == (2, 0)
+    assert cost("file_write", path="skills/new", data=b64(b"n"), version=0) == (2, 1)
+    assert cost("file_read", path="skills/new") == (1, 0)
+    assert cost("file_write", path="skills/new", data=b64(b"m"), version=1) == (1, 1)
+    assert cost("file_write", path="skills/old", data=b64(b"p"), version=1) == (2, 1)
+    assert cost("file_read", path="skills/old") == (1, 0)
+    assert cost("file_write", path="skills/old", data=b64(b"q"), version=2) == (1, 1)
+    print("GETs per op: existing file read 1, write 1 (+1 PUT); missing file read 2; first write of a path 2;"
+          " old-layout file read 2, its first write 2 (+1 PUT), then as any file")
