@@ -359,3 +359,26 @@ def test_what_reading_both_layouts_costs(old_tree: str, tmp_path: Any) -> None:
     assert cost("file_write", path="skills/old", data=b64(b"q"), version=2) == (1, 1)
     print("GETs per op: existing file read 1, write 1 (+1 PUT); missing file read 2; first write of a path 2;"
           " old-layout file read 2, its first write 2 (+1 PUT), then as any file")
+
+
+@pytest.mark.parametrize("where", ["file", "seaweedfs"])
+def test_a_bare_due_floor_lists_that_due_s_entries(where: str, tmp_path: Any, request: pytest.FixtureRequest,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``job_due`` after a bare due (the runner's fast-scan floor) answers that due's entries: on SeaweedFS a
+    ``StartAfter`` equal to a folder's own name skipped its children."""
+    from cloudstore.due_index import sortable
+
+    if where == "file":
+        os.makedirs(f"{tmp_path}/store")
+        opened = open_url(f"file://{tmp_path}/store")
+    else:
+        em = request.getfixturevalue("seaweed_server")
+        for key, value in em.env.items():
+            monkeypatch.setenv(key, value)
+        opened = open_url(f"s3://{em.bucket}/{uuid.uuid4().hex[:12]}")
+    for n, agent in enumerate(AGENTS):
+        for due in (100, 200, 300):
+            ok(opened.service.answer({"op": "job_put", "agent": agent, "place": "waiting",
+                                      "job": {"id": f"j{n}-{due}", "spec": None, "due": due}}))
+    entries, _ = opened.service.jobs.due(100, sortable(200))
+    assert sorted(e.due for e in entries) == [200] * len(AGENTS) + [300] * len(AGENTS)
