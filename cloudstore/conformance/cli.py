@@ -10,6 +10,11 @@ How requests reach the driver is chosen in :func:`make_transports`: straight
 to the program (``--mode``), or, with ``--via-bridge``, through the real store
 bridge code run in-process over PROGRAM, each agent a check names served
 with a fresh key and folder (``cloudstore.conformance.bridge_transport``).
+
+``--faults`` runs the ``faults`` family instead (``fault_checks``): the suite
+puts its own HTTP fault proxy in front of the store endpoint named with
+``--env`` and judges the driver under seeded fault schedules; ``--seed``
+replays one.
 """
 
 from __future__ import annotations
@@ -32,7 +37,15 @@ def parser() -> argparse.ArgumentParser:
         "driving it only through its commands: contract, call and serve.",
         epilog="Prints one line per check (name, PASS or FAIL, time; for a failure what was expected and what "
         "came back), then 'N passed, M failed'. Exit status: 0 when every check passed, 1 when any failed, "
-        "2 on a usage error or when no check matched.",
+        "2 on a usage error or when no check matched. "
+        "With --faults (drivers that reach their store over HTTP: the endpoint an http:// setting in --env, "
+        "AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or STORAGE_EMULATOR_HOST) the suite starts its own fault proxy "
+        "in front of that endpoint and runs the faults family instead: replies lost after the store applied "
+        "a write, writes landing late after the client gave up, 5xx and 429 / SlowDown with the services' "
+        "bodies, resets, cut bodies, shifted Dates. A driver may answer 'outcome unknown', never another's "
+        "win about its own write, and every acknowledged write reads back exactly once. A failure prints "
+        "the seed, the fault schedule and the history that broke; --seed N replays it. "
+        "--faults --quick takes under 2 minutes on moto.",
     )
     p.add_argument(
         "program", metavar="PROGRAM", help="the driver: a name on PATH, a path, or a shell-quoted command line"
@@ -48,6 +61,11 @@ def parser() -> argparse.ArgumentParser:
                    help="a setting for the driver's environment (repeatable)")
     p.add_argument("--rounds", type=int, default=3, metavar="N", help="how many times each race is run (default 3)")
     p.add_argument("--quick", action="store_true", help="leave out the slow checks (the 4,097-file list)")
+    p.add_argument("--faults", action="store_true",
+                   help="judge the driver under seeded HTTP faults, through a proxy in front of the endpoint "
+                        "its --env names (see below)")
+    p.add_argument("--seed", type=int, metavar="N", help="with --faults: the seed of the fault schedules "
+                                                         "(a failure prints it; default: a random one)")
     bridge_transport.add_options(p)
     return p
 
@@ -67,13 +85,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = env_pairs(args.env, "--env", p.error)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
-    transports = make_transports(args, env)
+    if args.seed is not None and not args.faults:
+        p.error("--seed goes with --faults")
+    transports = None if args.faults else make_transports(args, env)
+    if args.faults and (getattr(args, "via_bridge", False) or args.families or args.mode != "serve"):
+        p.error("--faults runs its own serve processes: it takes no --via-bridge, --family or --mode")
     try:
         report = run(
             args.program, args.families, env, mode=args.mode, rounds=args.rounds, quick=args.quick,
-            checks=args.checks, transports=transports,
+            checks=args.checks, transports=transports, faults=args.faults, seed=args.seed,
             on_result=lambda r: print_line(r.line()), on_note=lambda n: print_line(f"# {n}"),
         )
+    except ValueError as exc:
+        if not args.faults:
+            raise
+        print(f"lnk-store-check: {exc}", file=sys.stderr)
+        return 2
     finally:
         for transport in transports or ():  # run() closes only the transports it built
             transport.close()

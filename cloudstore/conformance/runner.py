@@ -5,17 +5,25 @@ contract says jobs / files, else one check that their ops are refused;
 ``check_narrowing`` unless ``tools_read`` is refused, in which case the family
 is reported as not kept (not failed) and only the consistency of that refusal
 is checked.
+
+With ``faults`` the run is the ``faults`` family instead (``fault_checks``):
+the driver's store endpoint is put behind the suite's own proxy
+(``faults.open_world``) and the promises are judged under seeded faults.
 """
 
 from __future__ import annotations
 
+import random
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from ..client import DriverError
-from . import commands, conversations, files, jobs, narrowing
+from . import commands, conversations, fault_checks, files, jobs, narrowing
 from .expect import is_error
+from .faults import open_world
 from .harness import FAMILIES, Check, Ctx, Report, Result, run_check
+from .judge import History
 from .program import Driver, printed_contract
 from .transport import CallTransport, ServeTransport, Transport
 
@@ -90,6 +98,8 @@ def run(
     contract: Mapping[str, object] | None = None,
     on_result: Callable[[Result], None] | None = None,
     on_note: Callable[[str], None] | None = None,
+    faults: bool = False,
+    seed: int | None = None,
 ) -> Report:
     """Run the conformance suite against one driver; the report of every check.
 
@@ -100,6 +110,9 @@ def run(
     list). A caller reaching the driver another way (the store bridge) passes
     its own ``transports`` and ``contract``, and may leave ``program`` out: the
     checks of the program's commands are then not run.
+
+    ``faults`` runs the ``faults`` family instead, behind the suite's proxy
+    (see :func:`run_faults`), with fault schedules drawn from ``seed``.
     """
     started = time.monotonic()
     report = Report()
@@ -114,6 +127,12 @@ def run(
             say(report.notes[-1])
         contract = found or {}
     report.contract = dict(contract)
+    if faults:
+        if driver is None:
+            raise ValueError("--faults needs the driver program (it starts its own processes)")
+        run_faults(driver, contract, report, quick=quick, checks=checks, seed=seed, on_result=on_result, say=say)
+        report.seconds = time.monotonic() - started
+        return report
     # Without a contract nothing says which families the driver keeps: only `check`, which reports why.
     families = list(families or FAMILIES) if contract else ["check"]
     own = transports is None
@@ -147,3 +166,44 @@ def run(
                 way.close()
     report.seconds = time.monotonic() - started
     return report
+
+
+def run_faults(
+    driver: Driver, contract: Mapping[str, object], report: Report, *, quick: bool, checks: Sequence[str],
+    seed: int | None, on_result: Callable[[Result], None] | None, say: Callable[[str], None],
+) -> None:
+    """The ``faults`` family, each check with a history of its own; a failure's seed, schedule and history as notes.
+
+    Raises ValueError when the driver's settings name no HTTP endpoint to put the proxy in front of.
+    """
+    seed = random.randrange(1, 1 << 31) if seed is None else seed
+    world = open_world(driver.env, seed, quick)
+    say(f"faults: seed {seed} (replay: --seed {seed}); proxy in front of {world.setting}={world.proxy.upstream}")
+    report.notes.append(f"seed {seed}")
+    ops, kinds = 0, Counter[str]()
+    try:
+        proxied = Driver(driver.program, world.env)
+        for check in fault_checks.checks.checks:
+            if checks and not any(s in check.name for s in checks):
+                continue
+            history = History(seed)
+            ctx = fault_checks.FaultCtx(None, proxied, dict(contract), keeps_tools=False, world=world, history=history)
+            result = run_check(check, ctx, "faults")
+            report.results.append(result)
+            ops += history.ops
+            kinds.update(history.faults)
+            if on_result:
+                on_result(result)
+            if not result.passed:
+                lines = [f"{check.name} failed with seed {seed} (replay: --seed {seed} --check {check.name})",
+                         f"fault schedule: {' | '.join(history.schedule[-3:]) or '(none armed)'}",
+                         "history that broke:", *history.tail()]
+                for line in lines:
+                    report.notes.append(line)
+                    say(line)
+    finally:
+        world.close()
+    figures = f"faults: {ops} ops; faults fired by kind: " + (
+        ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none")
+    report.notes.append(figures)
+    say(figures)

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""This project's lnk-bucket-store with one defect a cloud's faults expose, for ``lnk-store-check --faults``.
+
+The toy driver (``toy_driver.py``) breaks promises on a folder; these break
+them on a real HTTP store (moto), where only the faults of ``--faults`` make
+the defect show.  ``ZOO_BREAK=<name>`` monkeypatches one seam of cloudstore
+before the driver's own main runs (nothing of the package is changed), and
+each must be caught by the check named for it:
+
+  sdk_retries    botocore's own retries left on (3 attempts) and own-write detection off:
+                 the first try's reply lost, the SDK's retry meets it and is told `taken`
+                                                                 -> faults.lost_reply
+  still_current  a write whose reply was lost counts as ours only while it is still the
+                 current object (not by its lineage): replaced meanwhile, it is `stale`
+                                                                 -> faults.own_write_replaced
+  late_delete    file_remove deletes the object unconditionally: a delete that lands late,
+                 after the file was made again, takes the new file with it
+                                                                 -> faults.late_landing
+  local_clock    leases judged and written by this machine's clock, not the store's
+                                                                 -> faults.store_time
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+BREAK = os.environ.get("ZOO_BREAK", "")
+BREAKS = ("sdk_retries", "still_current", "late_delete", "local_clock")
+
+
+def sdk_retries() -> None:
+    from cloudstore import generations, s3
+
+    plain = s3.config_options
+
+    def config_options(timeout: float = 10.0) -> dict[str, Any]:
+        return {**plain(timeout), "retries": {"total_max_attempts": 3, "mode": "standard"}}
+
+    s3.config_options = config_options
+    generations.own_write_fate = lambda nonce, mode, current: False
+
+
+def still_current() -> None:
+    from cloudstore import generations
+
+    def own_write_fate(nonce: str, mode: Any, current: bytes | None) -> bool | None:
+        if current is None:
+            return None
+        return generations.unframe(current)[0] == nonce
+
+    generations.own_write_fate = own_write_fate
+
+
+def late_delete() -> None:
+    from cloudstore import files
+
+    def remove(self: Any, agent: Any, path: str, version: int) -> bool:
+        now = self.read(agent, path)
+        if now is None or now["version"] != version:
+            return False
+        self.store.delete(self.space.keys(agent).file(path))  # no version: lands whenever it lands
+        return True
+
+    files.Files.remove = remove
+
+
+def local_clock() -> None:
+    from cloudstore import clock
+
+    clock.StoreClock.offset = property(lambda self: 0.0)  # type: ignore[method-assign,assignment]
+    clock.StoreClock.earliest = lambda self: time.time()  # type: ignore[method-assign]
+
+
+def main() -> None:
+    if BREAK:
+        if BREAK not in BREAKS:
+            print(f"zoo_s3: ZOO_BREAK must be one of {', '.join(BREAKS)}, not {BREAK!r}", file=sys.stderr)
+            sys.exit(2)
+        globals()[BREAK]()
+    from cloudstore.driver import main_bucket
+
+    main_bucket()
+
+
+if __name__ == "__main__":
+    main()
