@@ -45,14 +45,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import stored, strict_json
+from ..claim_index import parse_entry as parse_claim
 from ..conversations import Conversations
 from ..due_index import GRACE, parse_entry
 from ..generations import Create, NotFound, PreconditionFailed, StoreError, Update, new_nonce
 from ..heads import checked, epoch_of
-from ..keys import conversation_key, due_root, name_part
+from ..keys import claim_root, conversation_key, due_root, name_part
 from ..removal import FENCE, PURGE_AFTER_MS
 from ..space import KEEP, Contention
-from .inspect import named_entry, record_key, tombstone_head
+from .inspect import claimed_record, holds_firing, named_entry, record_key, tombstone_head
 from .walk import ADMIN_PREFIX, Key, ListedAgent, Opened, list_all, parallel
 
 log = logging.getLogger("cloudstore")
@@ -75,7 +76,7 @@ class Policy:
 class Doomed:
     """One object judged dead: which version, of what kind, and why."""
 
-    kind: str  # "lease-tombstone", "due-orphan", "due-foreign", "dead-epoch"
+    kind: str  # "lease-tombstone", "due-orphan", "due-foreign", "claim-orphan", "claim-foreign", "dead-epoch"
     key: str
     version: str | None
     why: str
@@ -145,6 +146,7 @@ def judge(opened: Opened, policy: Policy | None = None) -> Plan:
         plan.doomed.append(Doomed("lease-tombstone", k.key, obj.version,
                                   f"ended lease, nothing else in the head, unchanged for {age:.0f} s"))
     _judge_due(opened, keys, now, policy, plan)
+    _judge_claims(opened, keys, now, policy, plan)
     _judge_epochs(opened, keys, head_of, now, policy, plan)
     return plan
 
@@ -167,6 +169,29 @@ def _judge_due(opened: Opened, keys: list[Key], now: float, policy: Policy, plan
         plan.doomed.append(Doomed("due-orphan", k.key, k.version,
                                   f"no job record names it, {now - k.modified:.0f} s old (grace {policy.grace:.0f} s)",
                                   needs_conditional=False))
+
+
+def _judge_claims(opened: Opened, keys: list[Key], now: float, policy: Policy, plan: Plan) -> None:
+    """Claim-index entries (claim_index.py) whose job record holds no job in firing, past the grace,
+    and foreign objects there.  An entry's key is its job's own, written again when the job enters
+    firing anew: the delete names the listed version (a conditional delete), so a claim writing it
+    meanwhile keeps it."""
+    root = claim_root(opened.root)
+    listed = [k for k in keys if k.kind == "claim"]
+    entries = [k for k in listed if parse_claim(k.key[len(root):]) is not None]
+    for k in listed:
+        if k not in entries and now - k.modified >= policy.grace and k.version is not None:
+            plan.doomed.append(Doomed("claim-foreign", k.key, k.version,
+                                      f"not an entry this layout writes, {now - k.modified:.0f} s old",
+                                      needs_conditional=False))
+    old = [k for k in entries if now - k.modified >= policy.grace and k.version is not None]
+    records = sorted({claimed_record(opened.root, k.key) for k in old})
+    firing = dict(zip(records, parallel(lambda r: holds_firing(opened, r), records), strict=True))
+    for k in old:
+        if not firing[claimed_record(opened.root, k.key)]:
+            plan.doomed.append(Doomed("claim-orphan", k.key, k.version,
+                                      f"its job is not in firing, {now - k.modified:.0f} s old "
+                                      f"(grace {policy.grace:.0f} s)"))
 
 
 def _judge_epochs(opened: Opened, keys: list[Key], head_of: dict[str, tuple[Key, Any]], now: float,

@@ -22,9 +22,11 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from ..claim_index import GRACE as CLAIM_GRACE
+from ..claim_index import parse_entry as parse_claim
 from ..due_index import GRACE, DueEntry, parse_entry
 from ..heads import has_lease
-from ..keys import due_record, due_root
+from ..keys import claim_record, claim_root, due_record, due_root
 from .progress import Progress
 from .walk import KINDS, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel
 
@@ -120,6 +122,45 @@ def due_report(opened: Opened, keys: list[Key], now: float) -> dict:
     }
 
 
+def claim_report(opened: Opened, keys: list[Key], now: float) -> dict:
+    """The shared claim index (claim_index.py) from its listing: entries, and those whose job record
+    holds no job in firing (a crash's leftovers; past the grace, ``gc`` deletes them)."""
+    root = claim_root(opened.root)
+    listed = [k for k in keys if k.kind == "claim"]
+    parsed = {k.key: parse_claim(k.key[len(root):]) for k in listed}
+    entries = [k for k in listed if parsed[k.key] is not None]  # foreign garbage is shown, never judged
+    records = sorted({claimed_record(opened.root, k.key) for k in entries})
+    firing = dict(zip(records, parallel(lambda rk: holds_firing(opened, rk), records), strict=True))
+    unfiring = [k for k in entries if not firing[claimed_record(opened.root, k.key)]]
+    return {
+        "entries": len(entries),
+        "oldest_s": round(max((now - k.modified for k in entries), default=0.0), 3) if entries else None,
+        "foreign": len(listed) - len(entries),
+        "not_firing": len(unfiring),
+        "not_firing_past_grace": sum(1 for k in unfiring if now - k.modified >= CLAIM_GRACE),
+    }
+
+
+def claimed_record(root: str, entry: str) -> str:
+    """The job record a claim-index entry (a whole key, parsable) belongs to."""
+    parsed = parse_claim(entry[len(claim_root(root)):])
+    assert parsed is not None, entry
+    token, job_part, _ = parsed
+    return claim_record(root, token, job_part)
+
+
+def holds_firing(opened: Opened, record: str) -> bool:
+    """Whether a job record holds a job in firing (what keeps its claim-index entry)."""
+    obj = opened.store.get(record)
+    if obj is None:
+        return False
+    try:
+        places = json.loads(obj.data).get("places", {})
+    except (ValueError, AttributeError, TypeError, RecursionError):
+        return False
+    return isinstance(places, dict) and isinstance(places.get("firing"), dict)
+
+
 def _finite_number(value: Any) -> bool:
     """Whether a due read back can be shown as JSON (a hostile record may hold anything)."""
     return isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and math.isfinite(value)
@@ -187,6 +228,7 @@ def inspect(opened: Opened, lapse_ms: int = 30_000, show_progress: bool = False)
         "lapse_ms": lapse_ms,
         "agents": reports,
         "due_index": due_report(opened, keys, now),
+        "claim_index": claim_report(opened, keys, now),
         "totals": {
             "agents": len(agents),
             "objects": len(keys),
@@ -248,6 +290,13 @@ def table(report: dict) -> str:
     if d.get("foreign"):
         lines.append(f"  {d['foreign']} foreign objects in the index (not entries this layout writes, or a due "
                      "out of range): skipped by every reader; `gc --apply` deletes them")
+    c = report.get("claim_index")
+    if c is not None:
+        lines.append(f"claim index: {c['entries']} jobs in firing, {c['not_firing']} no longer firing "
+                     f"({c['not_firing_past_grace']} past the {CLAIM_GRACE:.0f} s grace)")
+        if c.get("foreign"):
+            lines.append(f"  {c['foreign']} foreign objects in the claim index (not entries this layout "
+                         "writes): skipped by every reader; `gc --apply` deletes them")
     t = report["totals"]
     lines.append(f"totals: {t['agents']} agents, {t['objects']} objects, {t['bytes']} bytes")
     for kind, v in t["kinds"].items():

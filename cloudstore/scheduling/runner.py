@@ -2,13 +2,20 @@
 
 One pass of the loop (see ``scheduler`` for what it promises):
 
-1. Recovery, a step at a time: the ``firing`` of one agent is listed (all of
-   them at start-up); a job there that this runner isn't firing, whose lease
-   ``take`` gives us (nobody renewed it for a lapse: its runner died), is
-   fired again.  Steps are at least three polls apart, so each agent is
-   looked at every ``max(lapse/3, agents x 3 x poll_interval)``: with many agents
-   recovery slows rather than the idle cost growing.  Of the runners sharing
-   an agent, one scans it (the holder of its ``scheduler:recovery`` lease).
+1. Recovery (``scheduling.recovery``): ONE ``job_claims`` listing through the
+   runner's own driver names every agent's jobs in firing (the store's
+   shared claim index), at least every lapse/3; a job of ours there that
+   this runner isn't firing is tried once a lapse has gone by since it
+   entered firing, and then every poll while its lease is held: one whose
+   lease ``take`` gives us (nobody renewed it for a lapse: its runner died)
+   is fired again, at most a poll after the lapse, however many agents and
+   whichever runner died.  Beside it, a slow sweep a step at a time: the
+   ``firing`` of one agent is listed, for the jobs the index does not name
+   (put in firing by a driver older than it; agents reached through a
+   bridge, which answers no op naming other agents).  Sweep steps are at
+   least ``SWEEP_POLLS`` polls apart; of the runners sharing an agent, one
+   sweeps it (the holder of its ``scheduler:recovery`` lease).  Start-up
+   costs the index's pages, not a listing per agent.
 2. A poll (``scheduling.watch``): ONE ``job_due`` request through the runner's
    own driver names every agent's waiting jobs soonest first, and the runner
    keeps those of its own agents (agents reached through a bridge: one
@@ -32,8 +39,9 @@ One pass of the loop (see ``scheduler`` for what it promises):
    machine waits for one claim's two round trips; any other nudge of our own
    user (or root) polls, and one only other users sent brings the next poll
    forward at most once a ``poll_interval`` (anyone may send them).
-   Idle, a runner thus sends one request a ``poll_interval`` plus one
-   recovery listing at most as often, whatever the number of agents;
+   Idle, a runner thus sends one request a ``poll_interval``, one claim
+   listing a lapse/3 and a sweep step's two at most every ``SWEEP_POLLS``
+   polls, whatever the number of agents;
    busy, still one poll a ``poll_interval``, however many jobs fall due.
 """
 
@@ -52,6 +60,7 @@ from .claiming import Claimer, due_of
 from .fire import FireCommand
 from .log import log
 from .peers import Peers
+from .recovery import ClaimWatch
 from .store_client import Agent, AgentStore, NotSent, StoreCallError
 from .watch import Due, Poll, Source
 
@@ -59,7 +68,8 @@ WORKERS = 4  # jobs a runner fires at once by default: one long fire doesn't hol
 SPREAD_WINDOW = 1.0  # due jobs within one such window of seconds are claimed in a runner's own order
 STALE_POLL = 0.25  # seconds after which what a poll showed is polled afresh before claiming on
 GONE_FOR = 180.0  # an index entry refused as gone is left alone this long (the index drops it within GRACE)
-STEP_POLLS = 3  # recovery steps are at least this many poll intervals apart
+SWEEP_POLLS = 5  # sweep steps (one agent's firing listed) are at least this many poll intervals apart
+RETRY_MAX = 16.0  # seconds: the longest wait before the runner asks a failing store again (an outage)
 RECOVERY_THREAD = "scheduler:recovery"  # the lease naming the one runner that scans an agent's firing
 
 
@@ -191,6 +201,7 @@ class Runner:
         self._retry_at: dict[tuple[Agent, str], float] = {}
         # Index entries refused as gone (the job left waiting a moment ago, or a crash's leftover).
         self._gone: dict[str, float] = {}
+        self.claim_watch = ClaimWatch(self.stores, timing.lapse, timing.look_interval)
         self._scanning: set[Agent] = set()  # the agents whose recovery lease this runner holds
         self._scan_next = 0  # the agent whose firing the next recovery step lists
         self._scan_at = 0.0  # monotonic time of the next recovery step
@@ -215,11 +226,12 @@ class Runner:
     def run(self) -> None:
         started = False
         nudged = True  # the first look polls
+        failures = 0  # store errors in a row: the retry waits double, up to RETRY_MAX (an outage, not a typo)
         try:
             while not self._stop.is_set():
                 try:
                     if not started:
-                        self.recover(self.stores)  # all at once first: orphans of a runner that died before us
+                        self._recover_claims()  # the claim index at once: orphans of a runner that died before us
                         self._scan_at = time.monotonic() + self._scan_gap()
                         started = True
                         refused = getattr(self.listener, "refused", None)
@@ -227,15 +239,21 @@ class Runner:
                             log("wake_refused", runner=self.holder, reason=refused)
                         log("started", runner=self.holder, agents=[s.agent.wire() for s in self.stores],
                             nudges=self.listener.listening)
-                    elif time.monotonic() >= self._scan_at:
-                        self._recovery_step()
+                    else:
+                        if time.monotonic() >= self.claim_watch.next_at():
+                            self._recover_claims()
+                        if time.monotonic() >= self._scan_at:
+                            self._recovery_step()
                     wake_at = self._look(nudged)
                     nudged = False
+                    failures = 0
                     if wake_at is not None and self._sleep(wake_at):
                         nudged = self._claim_named()
                 except (StoreCallError, KeyError, TypeError, ValueError) as exc:  # the last three: a malformed reply
-                    log("store_error", runner=self.holder, error=str(exc) or repr(exc))
-                    self._stop.wait(self.timing.backoff)
+                    failures += 1
+                    retry_in = min(self.timing.backoff * 2 ** min(failures - 1, 8), max(self.timing.backoff, RETRY_MAX))
+                    log("store_error", runner=self.holder, error=str(exc) or repr(exc), retry_in=retry_in)
+                    self._stop.wait(retry_in)
         finally:
             self.claimer.shutdown()
             self._leave_recovery()
@@ -276,7 +294,8 @@ class Runner:
 
     def _sleep(self, wake_at: float) -> bool:
         """Until ``wake_at`` (wall clock), the next recovery step, a nudge or ``stop``: whether nudged."""
-        until = min(time.monotonic() + max(0.0, wake_at - time.time()), self._scan_at)
+        until = min(time.monotonic() + max(0.0, wake_at - time.time()), self._scan_at,
+                    self.claim_watch.next_at())
         left = until - time.monotonic()
         if left > 0 and not self._stop.is_set():
             # Another user's nudge may bring the next poll forward once a poll interval, no more:
@@ -382,16 +401,34 @@ class Runner:
 
     # -- recovery ------------------------------------------------------------
 
-    def _scan_gap(self) -> float:
-        """Between recovery steps: each agent every lapse/3, but steps at least three polls apart.
+    def _recover_claims(self) -> None:
+        """A step of the claim index's watch: its listing when due, then the leases of the jobs that
+        may have been orphaned (``scheduling.recovery``), each fired again once its ``take`` is ours."""
+        for candidate in self.claim_watch.step(self.claimer.busy):
+            if self._stop.is_set() or not self.claimer.acquire_slot(self._stop.is_set):
+                return
+            try:
+                outcome = self.claimer.reclaim(candidate.store, candidate.job)
+            except StoreCallError as exc:
+                self.claimer.release_slot()
+                self.claim_watch.tried(candidate, "error")
+                log("store_error", runner=self.holder, error=str(exc))
+                continue
+            if outcome != "claimed":
+                self.claimer.release_slot()
+            self.claim_watch.tried(candidate, outcome)
 
-        A step costs the scanner two requests (its lease renewed, the listing;
-        three the first time: the lease taken), a poll one: so idle, a runner
-        sends at most about one request a ``poll_interval`` (half a request a
-        second at the default), whatever the number of agents; with many
-        agents each is looked at less often instead.
+    def _scan_gap(self) -> float:
+        """Between sweep steps: each agent every lapse/3, but steps at least ``SWEEP_POLLS`` polls apart.
+
+        A step costs the sweeper two requests (its lease renewed, the listing;
+        three the first time: the lease taken), a poll one and the claim
+        index one a lapse/3: so idle, a runner sends well under two requests
+        a ``poll_interval``, whatever the number of agents; with many agents
+        each is swept less often instead (the claim index covers every job
+        but an old driver's and a bridged agent's).
         """
-        return max(self.timing.scan_interval / max(1, len(self.stores)), STEP_POLLS * self.timing.look_interval)
+        return max(self.timing.scan_interval / max(1, len(self.stores)), SWEEP_POLLS * self.timing.look_interval)
 
     def _recovery_step(self) -> None:
         store = self.stores[self._scan_next % len(self.stores)]

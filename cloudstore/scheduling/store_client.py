@@ -223,6 +223,12 @@ class AgentStore:
         reply = self.op("job_due", limit=limit, after=after)
         return list(reply["due"]), bool(reply["more"])
 
+    def claims(self, limit: int, after: str | None = None) -> tuple[list[dict[str, Any]], bool]:
+        """The store's claim index by name (``job_claims``: every agent's jobs in firing, with their
+        ``age_ms``), answered only by the runner's own driver."""
+        reply = self.op("job_claims", limit=limit, after=after)
+        return list(reply["claims"]), bool(reply["more"])
+
     def list(self, place: str) -> list[dict[str, Any]]:
         return list(self.op("job_list", place=place)["jobs"])
 
