@@ -1,0 +1,88 @@
+"""``lnk-store-check --faults`` on moto: this project's S3 driver passes, and each zoo driver fails its check.
+
+The zoo (``tests/broken_drivers/zoo_s3.py``) is lnk-bucket-store with one
+defect that only a cloud's faults show: each must be caught by the check
+named for it, whatever the seed (the checks that catch them go through
+every write of their ops in turn; the seed picks the transient faults).
+Quick mode and moto only, as CI runs it; the other backends' runs are
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cloudstore.conformance import fault_checks, run
+from cloudstore.conformance.cli import main
+
+pytestmark = pytest.mark.timeout(600)
+
+ZOO = Path(__file__).resolve().parent.parent / "broken_drivers" / "zoo_s3.py"
+ZOO_PROGRAM = (sys.executable, str(ZOO))
+SEED = 20261202
+
+#: Each zoo driver's defect, and the check named for it.
+CAUGHT_BY = {
+    "sdk_retries": "faults.lost_reply",
+    "still_current": "faults.own_write_replaced",
+    "late_delete": "faults.late_landing",
+    "local_clock": "faults.store_time",
+}
+
+
+def moto_env(moto_server) -> dict[str, str]:
+    return {**moto_server.env, "LNK_BUCKET_URL": f"s3://{moto_server.bucket}/faults-{uuid.uuid4().hex[:10]}"}
+
+
+def fired(report) -> str:
+    return next(n for n in report.notes if n.startswith("faults: ") and "fired by kind" in n)
+
+
+def test_bucket_store_passes_faults_quick(moto_server) -> None:
+    report = run("lnk-bucket-store", env=moto_env(moto_server), faults=True, quick=True, seed=SEED)
+    assert report.ok, report.failures() + "\n" + "\n".join(report.notes)
+    assert report.names() == {c.name for c in fault_checks.checks.checks}
+    kinds = fired(report)
+    for kind in ("lose_reply", "late", "hold", "truncate", "date"):
+        assert f"{kind} " in kinds, kinds  # every kind of fault was made to happen, not only armed
+
+
+@pytest.mark.parametrize("defect", sorted(CAUGHT_BY))
+def test_zoo_driver_fails_the_check_named_for_it(moto_server, defect: str) -> None:
+    check = CAUGHT_BY[defect]
+    report = run(ZOO_PROGRAM, env={**moto_env(moto_server), "ZOO_BREAK": defect}, faults=True, quick=True,
+                 seed=SEED, checks=[check])
+    assert report.failed_names() == {check}, report.failures()
+    notes = "\n".join(report.notes)
+    assert f"{check} failed with seed {SEED} (replay: --seed {SEED} --check {check})" in notes
+    assert "fault schedule: " in notes and "history that broke:" in notes
+
+
+def test_a_failure_replays_with_its_seed(moto_server, capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI prints the seed of a failure; run again with --seed it fails the same way."""
+    env = [f"--env={k}={v}" for k, v in {**moto_env(moto_server), "ZOO_BREAK": "local_clock"}.items()]
+    argv = ["--faults", "--quick", "--check", "faults.store_time", *env, f"{sys.executable} {ZOO}"]
+    assert main(argv) == 1
+    first = capsys.readouterr().out
+    seed = int(first.split("faults: seed ", 1)[1].split(" ", 1)[0])
+    assert main([*argv[:-1], "--seed", str(seed), argv[-1]]) == 1
+    again = capsys.readouterr().out
+    line = next(x for x in first.splitlines() if x.startswith("faults.store_time"))
+    replayed = next(x for x in again.splitlines() if x.startswith("faults.store_time"))
+    assert line.split("  ")[1] == replayed.split("  ")[1] == "FAIL"
+    assert f"replay: --seed {seed} --check faults.store_time" in again
+
+
+def test_faults_needs_an_http_endpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "STORAGE_EMULATOR_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["--faults", "--env", f"LNK_BUCKET_URL=file://{tmp_path}", "lnk-bucket-store"]) == 2
+    assert "--faults needs the driver's store endpoint" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["--seed", "3", "lnk-bucket-store"])
+    assert exited.value.code == 2
