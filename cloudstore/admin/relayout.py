@@ -100,8 +100,9 @@ def move_one(opened: Opened, key: Key) -> tuple[str, str]:
         store.delete(key.key, old.version)
     except NotFound:
         pass
-    except PreconditionFailed:
-        return "left", f"{key.key}: rewritten while it was moved (an old driver still runs?)"
+    except PreconditionFailed:  # rewritten since it was read; or gone (SeaweedFS: a conditional DELETE of
+        if store.get(key.key) is not None:  # a missing key is 412, not 404)
+            return "left", f"{key.key}: rewritten while it was moved (an old driver still runs?)"
     return outcome, target
 
 
