@@ -61,12 +61,13 @@ Samples = dict[Labels, float]
 class Family:
     """One metric's name, help text and samples (what the exporter merges and renders)."""
 
-    __slots__ = ("name", "help", "samples")
+    __slots__ = ("name", "help", "samples", "kind")
 
-    def __init__(self, name: str, help: str, samples: Samples | None = None) -> None:
+    def __init__(self, name: str, help: str, samples: Samples | None = None, kind: str = "counter") -> None:
         self.name = name
         self.help = help
         self.samples: Samples = samples if samples is not None else {}
+        self.kind = kind  # "counter", or "gauge" for a state (the scheduler's store_unreachable)
 
     def add(self, labels: Labels, value: float) -> None:
         self.samples[labels] = self.samples.get(labels, 0) + value
@@ -282,7 +283,7 @@ def _alive(pid: int) -> bool:
 
 def merge(into: dict[str, Family], more: Mapping[str, Family]) -> None:
     for name, fam in more.items():
-        target = into.setdefault(name, Family(name, fam.help))
+        target = into.setdefault(name, Family(name, fam.help, kind=fam.kind))
         for labels, n in fam.samples.items():
             target.add(labels, n)
 
@@ -405,7 +406,7 @@ def render(families: Mapping[str, Family]) -> str:
     for name in sorted(families):
         fam = families[name]
         lines.append(f"# HELP {name} {_escape_help(fam.help)}")
-        lines.append(f"# TYPE {name} counter")
+        lines.append(f"# TYPE {name} {fam.kind}")
         for labels in sorted(fam.samples):
             shown = ",".join(f'{k}="{_escape_value(v)}"' for k, v in labels)
             lines.append(f"{name}{{{shown}}} {_number(fam.samples[labels])}" if labels
@@ -636,7 +637,11 @@ class _HttpLoop:
     def __init__(self, listen: tuple[str, int], render: Callable[[], str], most: int, timeout: float) -> None:
         host, port = listen
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.listener = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
+        try:
+            self.listener = socket.create_server((host, port), family=family, backlog=LISTEN_BACKLOG)
+        except OSError as exc:  # name the port: "Address already in use" alone leaves the operator guessing which
+            raise OSError(exc.errno, f"metrics port {host}:{port} (--metrics-port / metrics_port): "
+                                     f"{exc.strerror or exc}") from exc
         self.listener.setblocking(False)
         name = self.listener.getsockname()
         self.address: tuple[str, int] = (str(name[0]), int(name[1]))

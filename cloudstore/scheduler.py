@@ -110,6 +110,7 @@ from .client import program_argv
 from .scheduling.config import ConfigError, Settings, load
 from .scheduling.fire import FireCommand
 from .scheduling.log import log
+from .scheduling.reach import Reach
 from .scheduling.runner import Runner, startup_problem
 from .scheduling.store_client import (
     Agent,
@@ -139,11 +140,16 @@ def own_driver_env(settings: Settings, extra: Mapping[str, str] | None = None) -
     return env
 
 
-def build(settings: Settings, extra_env: Mapping[str, str] | None = None) -> tuple[Runner, list[Counted]]:
+def build(settings: Settings, extra_env: Mapping[str, str] | None = None,
+          reach: Reach | None = None) -> tuple[Runner, list[Counted]]:
     """The runner and the clients it sends through (counted, for the ``stopped`` log).
 
-    ``extra_env`` is laid over ``driver_env`` for the runner's own drivers (``LNK_METRICS_DIR``).
+    ``extra_env`` is laid over ``driver_env`` for the runner's own drivers (``LNK_METRICS_DIR``);
+    ``reach``, when given, notes each agent's last outcome (``lnk_scheduler_store_unreachable``).
     """
+    reach = reach if reach is not None else Reach()
+    for cfg in settings.agents:
+        reach.known(cfg.agent.wire())
     clients: list[Counted] = []
     shared: Counted | None = None
     renewals: Counted | None = None  # the claims' renewals: a second process of the shared driver
@@ -160,7 +166,7 @@ def build(settings: Settings, extra_env: Mapping[str, str] | None = None) -> tup
                 key = read_key_file(cfg.key_file or "")
             except Exception as exc:  # KeyFileError, OSError
                 raise ConfigError(f"key_file of {cfg.agent.label()}: {exc}") from exc
-            client = Counted(BridgeStoreClient(cfg.bridge, cfg.agent.owner, cfg.agent.id, key))
+            client = Counted(reach.watch(BridgeStoreClient(cfg.bridge, cfg.agent.owner, cfg.agent.id, key)))
             clients.append(client)
             store = AgentStore(cfg.agent, client)
             sources.append(ListSource(store))  # a bridge names no other agent's jobs: its waiting is listed
@@ -175,8 +181,8 @@ def build(settings: Settings, extra_env: Mapping[str, str] | None = None) -> tup
                 # in parallel instead of queueing behind one process's one request at a time.
                 pool = PooledServeClient(settings.driver, env, min(settings.workers, POOL_MAX) + 1)
                 warm_pool = pool
-                shared = Counted(pool)
-                renewals = Counted(ServeClient(settings.driver, env))
+                shared = Counted(reach.watch(pool))
+                renewals = Counted(reach.watch(ServeClient(settings.driver, env)))
                 clients += [shared, renewals]
             store = AgentStore(cfg.agent, shared, own_driver=True)
             indexed.append(store)
@@ -262,14 +268,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Lines of Python's logging (a module's warning) as JSON too, beside the events ``log`` writes itself.
     jsonlog.configure("lnk-cloud-scheduler", logging.WARNING, "%(message)s", json_format=True, capture_stderr=False)
     exporter: metrics.Exporter | None = None
+    clients: list[Counted] = []
     try:
         settings = load(argv)
         exporter = metrics.export(settings.metrics_port, settings.metrics_file)
-        runner, clients = build(settings, exporter.driver_env if exporter is not None else None)
+        reach = Reach()
+        runner, clients = build(settings, exporter.driver_env if exporter is not None else None, reach)
         if exporter is not None:
-            exporter.collector.extra = lambda: requests_sent(clients)
+            exporter.collector.extra = lambda: {**requests_sent(clients), **reach.families()}
             exporter.start()
     except (ConfigError, OSError, ValueError) as exc:
+        for client in clients:  # the drivers already started (a metrics port in use is found after them)
+            client.close()
         if exporter is not None:
             exporter.stop()
         print(f"lnk-cloud-scheduler: {exc}", file=sys.stderr)

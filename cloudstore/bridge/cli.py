@@ -215,6 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if exporter is not None:
             exporter.start()
+    except OSError as exc:  # the metrics port in use: the error names it, not the bridge's socket
+        log.error("cannot start: %s", exc.strerror or exc)
+        return _stopped(exporter, 1)
+    try:
         bridge.start()
     except Exception as exc:
         log.error("cannot start: %s", start_error(exc, bridge.socket_path))

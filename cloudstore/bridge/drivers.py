@@ -68,6 +68,11 @@ class Contract:
             raise ValueError(f"contract version {version!r}: this bridge speaks version 1")
         return cls(1, *(value.get(k) is True for k in ("serve", "jobs", "files")))
 
+    def __str__(self) -> str:
+        """For the operator's log: ``contract version 1: serve, jobs, files`` (never a Python repr)."""
+        able = [name for name in ("serve", "jobs", "files") if getattr(self, name)]
+        return f"contract version {self.version}: " + (", ".join(able) if able else "no serve, jobs or files")
+
 
 def read_contract(
     program: str | Sequence[str], env: Mapping[str, str] | None = None, timeout: float = 30.0

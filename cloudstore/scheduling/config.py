@@ -16,7 +16,7 @@ says "no owner" (null) and any owner or id exactly::
       "fire_pass_env": ["HTTPS_PROXY"],
       "fire_timeout": 300, "lapse": 30, "poll_interval": 2, "max_sleep": 30,
       "workers": 4, "keep_ending": false, "runner": "host-a",
-      "metrics_port": 9464, "metrics_file": "/var/lib/lnk/scheduler.prom"
+      "metrics_port": 9465, "metrics_file": "/var/lib/lnk/scheduler.prom"
     }
 
 An agent with ``bridge`` and ``key_file`` is reached through its store bridge
@@ -200,7 +200,7 @@ key, a wrong type or an out-of-range number stops the runner at start-up):
    "fire": ["/usr/local/bin/fire-job"], "fire_env": {}, "fire_pass_env": [],
    "fire_timeout": 300, "lapse": 30, "poll_interval": 2, "max_sleep": 30,
    "workers": 4, "keep_ending": false, "runner": "host-a",
-   "metrics_port": 9464, "metrics_file": "/var/lib/lnk/scheduler.prom"}
+   "metrics_port": 9465, "metrics_file": "/var/lib/lnk/scheduler.prom"}
 Flags add agents and environment entries to the file's and override the rest.
 An agent with "bridge" and "key_file" is reached through its store bridge
 (on the command line: --store-bridge SOCKET --key-file FILE for the --agent
@@ -219,7 +219,9 @@ Idle, a runner sends about one store request a poll_interval whatever the
 number of agents; a job put on this machine wakes it at once (LNK_WAKE_DIR).
 Logs: one JSON object a line on stderr (its own drivers' too, unless driver_env
 sets LNK_LOG_FORMAT); nothing on stdout. Metrics (metrics_port, metrics_file):
-lnk_scheduler_events_total{event} and the drivers' lnk_store_* counters, in the
+lnk_scheduler_events_total{event}, lnk_scheduler_requests_total{op}, the gauge
+lnk_scheduler_store_unreachable{agent,owner} (1 while an agent's store does not
+answer; retried with backoff) and the drivers' lnk_store_* counters, in the
 Prometheus text format. SIGTERM/SIGINT:
 stop claiming, finish the fires under way (a second signal kills).
 exit status: 0 after a signal, 2 for a bad setting.
