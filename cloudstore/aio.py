@@ -84,6 +84,20 @@ T = TypeVar("T")
 REQUEST_WAIT = 60.0
 
 
+ASYNC_EXTRA_NEEDED = ("cloudstore.aio on s3:// needs aiobotocore, which is not installed: "
+                      "pip install 'cloudstore[async]' (from a checkout: pip install '.[async]')")
+
+
+class MissingExtra(CloudstoreError, ImportError):
+    """A package of an optional extra is not installed; the message names the extra to install.
+
+    Not a ``LocationError``: the URL is right, the environment lacks
+    aiobotocore (the ``async`` extra), and saying "cannot be opened" sent
+    people looking at their bucket.  An ``ImportError`` too, for callers
+    that catch that.
+    """
+
+
 # --------------------------------------------------------------------------
 # S3 on aiobotocore, behind the drivers' S3Backend
 
@@ -248,7 +262,7 @@ async def _open(url: str, endpoint_url: str | None, region_name: str | None, con
             try:
                 backend = await _open_aio_s3(location, client_args, stack)
             except ImportError as exc:
-                raise opening_failed(ImportError("s3:// on asyncio needs aiobotocore (the 'async' extra)")) from exc
+                raise MissingExtra(ASYNC_EXTRA_NEEDED) from exc
             except Exception as exc:  # noqa: BLE001 - no credentials, a bad endpoint...
                 raise opening_failed(exc) from exc
             on_close: Callable[[], None] | None = None
