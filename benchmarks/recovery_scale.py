@@ -199,8 +199,8 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
              f"{'refire, scanner alive':>22} {'idle req/min':>12}"]
     for r in rows:
         refire = r.get("refire_s", {})
-        lines.append(f"{r['agents']:>7} {r['startup_requests']:>12} {r['startup_s']:>10} "
-                     f"{str(refire.get('scanner dead', '-')) + ' s':>21} {str(refire.get('scanner alive', '-')) + ' s':>22} "
+        dead, alive = (f"{refire.get(case, '-')} s" for case in ("scanner dead", "scanner alive"))
+        lines.append(f"{r['agents']:>7} {r['startup_requests']:>12} {r['startup_s']:>10} {dead:>21} {alive:>22} "
                      f"{r['idle_per_minute']:>12}")
     lines.append(f"goals: start-up requests the same for every agent count (eafe802: 1,006 with 1,000 agents); "
                  f"refire <= lapse + poll = {goal:.1f} s (eafe802: 9 s at 10 agents, 90 s at 100, scanner dead); "
