@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -257,6 +258,11 @@ def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: TextIO | N
     configure_logging(info.name)
     sys.stdout = sys.stderr  # nothing but replies reaches the real stdout
     source = stdin or sys.stdin.buffer
+    if command == "serve" and stdin is None and not _is_terminal(source):
+        # A program feeds us (the scheduler, the bridge) and ends us by closing stdin. A Ctrl-C in
+        # the terminal reaches its whole process group, us too: the program finishes what is under
+        # way through us first (a fire's finish, a call in flight), so the SIGINT is its alone.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     answerer = Answerer(info)
     snapshots = None
     if os.environ.get("LNK_METRICS_DIR"):  # metrics (and its import) only when an exporter asks
@@ -287,7 +293,18 @@ def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: TextIO | N
         if snapshots is not None:
             snapshots.flush()
         return 0
+    except KeyboardInterrupt:  # Ctrl-C on a driver a person runs: it ends, without a traceback
+        if snapshots is not None:
+            snapshots.flush()
+        return 130
     return 0
+
+
+def _is_terminal(source: Any) -> bool:
+    try:
+        return os.isatty(source.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def main_gcs() -> None:
