@@ -70,6 +70,10 @@ log = logging.getLogger("cloudstore")
 
 #: Bytes of a file object's payload that always hold its whole header line.
 HEADER_MAX = 8192
+#: What a process keeps of which agents have no file key of 0.4's layout left (their ledgers say so).
+CLEAN_BUDGET = 1024 * 1024
+#: A ledger of this layout says ``"layout": LEDGER_LAYOUT`` and whether any key of 0.4's layout was listed.
+LEDGER_LAYOUT = 2
 #: A file object's stored size (frame included) modulo this says its state (see the module docstring).
 SIZE_MODULUS = 32
 LIVE_RESIDUE = 0
@@ -111,6 +115,22 @@ def state_of_size(size: int | None) -> bool | None:
     return True if residue == LIVE_RESIDUE else False if residue == GONE_RESIDUE else None
 
 
+def ledger_body(before: dict[str, Any], old: bool) -> bytes:
+    """A ledger's body: its facts, and whether any file key of 0.4's layout was there (keys.py).
+
+    A ledger that says none was there (and was made by this layout: older
+    ledgers say nothing of it) tells a driver that no old key can exist for
+    the agent, since only drivers of 0.4 wrote them and those do not run
+    beside these: its file ops then never look for an old key.
+    """
+    return compact({"before": before, "layout": LEDGER_LAYOUT, "old": old}).encode("ascii")
+
+
+def is_clean(record: Any) -> bool:
+    """Whether a ledger's record says no file key of 0.4's layout was there when it was made."""
+    return isinstance(record, dict) and record.get("layout") == LEDGER_LAYOUT and record.get("old") is False
+
+
 def _live(header: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
     return header is not None and not header.get("gone", False)
 
@@ -132,6 +152,7 @@ class Files:
         self.space = space
         self.store = space.store
         self._ledgers: Bounded[str, Facts] = Bounded(LEDGER_BUDGET)
+        self._clean: Bounded[str, bool] = Bounded(CLEAN_BUDGET)  # agents whose ledger says no old key is left
         self._making = threading.Lock()
 
     @staticmethod
@@ -178,7 +199,9 @@ class Files:
         one, which no driver writes again (``migrate --in-place`` deletes it).
         """
         old = keys.old_file(path)
-        return None if old is None else self.store.get(old)
+        if old is None or self._clean.get(keys.base):
+            return None
+        return self.store.get(old)
 
     def read(self, agent: Agent, path: str) -> dict[str, Any] | None:
         keys = self.space.keys(agent)
@@ -292,6 +315,8 @@ class Files:
         record = json.loads(raw)
         facts: Facts = {k: (str(v[0]), bool(v[1]), str(v[2])) for k, v in record["before"].items()}
         self._ledgers.put(keys.base, facts, len(raw) * 4)
+        if is_clean(record):
+            self._clean.put(keys.base, True, 256)
         return facts
 
     def _make_ledger(self, keys: AgentKeys) -> None:
@@ -327,7 +352,8 @@ class Files:
                 continue  # gone since the listing; or of no known version: read whenever listed
             live, path = _summary(obj)
             before[item.key[len(base):]] = [obj.version, live, path]
-        raw = compact({"before": before}).encode("ascii")
+        old = any(is_old_file_part(item.key[len(base):]) for item in listed)
+        raw = ledger_body(before, old)
         try:
             self.store.put(keys.file_ledger(), raw, Create())
         except AlreadyExists:

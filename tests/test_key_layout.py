@@ -357,7 +357,7 @@ def test_what_reading_both_layouts_costs(old_tree: str, tmp_path: Any) -> None:
 
     def cost(op: str, **args: Any) -> tuple[int, int]:
         counts.update(get=0, put=0)
-        ok(opened.service.answer({"op": op, "agent": agent, **args}))
+        ok(opened.service.answer({"op": op, "agent": agent, **args}))  # the agent and store of the moment
         return counts["get"], counts["put"]
 
     assert ok(opened.service.answer({"op": "file_list", "agent": agent, "folder": "skills"}))["files"] == [
@@ -370,8 +370,28 @@ def test_what_reading_both_layouts_costs(old_tree: str, tmp_path: Any) -> None:
     assert cost("file_write", path="skills/old", data=b64(b"p"), version=1) == (2, 1)
     assert cost("file_read", path="skills/old") == (1, 0)
     assert cost("file_write", path="skills/old", data=b64(b"q"), version=2) == (1, 1)
-    print("GETs per op: existing file read 1, write 1 (+1 PUT); missing file read 2; first write of a path 2;"
-          " old-layout file read 2, its first write 2 (+1 PUT), then as any file")
+
+    clean = AGENTS[1]  # an agent with no old key: once its ledger is known, nothing more is asked
+    assert ok(opened.service.answer({"op": "file_list", "agent": clean, "folder": "skills"}))["files"] == []
+    agent = clean
+    assert cost("file_read", path="skills/missing") == (1, 0)
+    assert cost("file_write", path="skills/new", data=b64(b"n"), version=0) == (1, 1)
+
+    from cloudstore.admin import relayout
+
+    assert relayout.relayout(url).ledgers == 1  # the old agent's ledger now says no old key is left
+    opened = open_url(url)  # a fresh process
+    store = opened.store
+    real_get, real_put = store.get, store.put
+    store.get, store.put = get, put  # type: ignore[method-assign]
+    agent = AGENTS[0]
+    assert ok(opened.service.answer({"op": "file_list", "agent": agent, "folder": "skills"}))["files"] == [
+        "skills/new", "skills/old"]
+    assert cost("file_read", path="skills/missing") == (1, 0)
+    assert cost("file_read", path="skills/old") == (1, 0)
+    print("GETs per op: existing file read 1, write 1 (+1 PUT). With a key of 0.4's layout possibly left: missing"
+          " file read 2, first write of a path 2 (+1 PUT), an old file's read 2. An agent whose ledger says none is"
+          " left (a new agent; one migrate --in-place moved): missing file read 1, first write 1 (+1 PUT)")
 
 
 @pytest.mark.parametrize("where", ["file", "seaweedfs"])

@@ -15,6 +15,9 @@ stored size says its state, so the ledger is not needed for it); read the
 new key back and check it holds that version and those bytes, or a later
 version (a driver wrote the path since); then delete the old key, only at
 the version read.  Versions travel in the header, so none comes back.
+Last, each agent's file ledger, where it has one and no old key is left,
+is rewritten to say so (``clean_ledger``): drivers then stop looking for
+old keys.
 
 Resumable and idempotent: a rerun finds moved keys gone and half-moved ones
 (written, not yet deleted) verified at their new key, and deletes those.  It
@@ -32,8 +35,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..files import body
-from ..generations import AlreadyExists, Create, NotFound, PreconditionFailed
+from ..files import body, is_clean, ledger_body
+from ..generations import AlreadyExists, Create, NotFound, Overwrite, PreconditionFailed
 from ..keys import decode_path, is_old_file_part, path_part
 from .walk import WORKERS, Key, Opened, bounded, list_all, open_url
 
@@ -46,6 +49,7 @@ class Moved:
     moved: int = 0  # written at the new key and the old one deleted
     resumed: int = 0  # found written (by a run cut short, or a driver) and the old one deleted
     gone: int = 0  # listed, gone before it was read
+    ledgers: int = 0  # agents' ledgers rewritten to say no old key is left
     left: list[str] = field(default_factory=list)  # old keys left in place, with why
 
     @property
@@ -54,7 +58,7 @@ class Moved:
 
     def as_dict(self) -> dict[str, Any]:
         return {"url": self.url, "moved": self.moved, "resumed": self.resumed, "gone": self.gone,
-                "left": self.left, "ok": self.ok}
+                "ledgers": self.ledgers, "left": self.left, "ok": self.ok}
 
 
 def old_file_keys(keys: list[Key]) -> list[Key]:
@@ -121,14 +125,40 @@ def relayout(url: str, workers: int = WORKERS) -> Moved:
             summary.left.append(detail)
         else:
             setattr(summary, outcome, getattr(summary, outcome) + 1)
-    if not summary.left and old_file_keys(list_all(opened)):
+    after = list_all(opened)
+    still = old_file_keys(after)
+    if not summary.left and still:
         summary.left.append("old keys were written while this ran (an old driver still runs?): run it again")
+    unmoved = {k.agent for k in still}
+    for key in after:
+        if key.agent is not None and key.agent not in unmoved and key.parts[3:] == ["ledger"]:
+            summary.ledgers += clean_ledger(opened, key)
     return summary
+
+
+def clean_ledger(opened: Opened, key: Key) -> int:
+    """Rewrite an agent's file ledger (files.py) to say no old key is left, its other facts kept; 1 if it did.
+
+    Drivers that read it then never look for an old key (one GET less for a
+    missing file).  A driver still holding the ledger it read before goes on
+    looking, which costs it only that GET.  Its facts about objects this run
+    did not move (hashed paths keep their keys) stay true: they are by version.
+    """
+    obj = opened.store.get(key.key)
+    if obj is None:
+        return 0
+    record = json.loads(obj.data)
+    if is_clean(record):
+        return 0
+    before = {part: fact for part, fact in record["before"].items() if not is_old_file_part(part)}
+    opened.store.put(key.key, ledger_body(before, False), Overwrite())
+    return 1
 
 
 def text(summary: Moved) -> str:
     lines = [f"in place: {summary.url}",
-             f"moved {summary.moved}, already at their new keys {summary.resumed}, gone {summary.gone}"]
+             f"moved {summary.moved}, already at their new keys {summary.resumed}, gone {summary.gone}; "
+             f"ledgers marked clean {summary.ledgers}"]
     lines += [f"left: {why}" for why in summary.left]
     lines.append("ok: no file key of the old layout is left" if summary.ok else "NOT DONE: see 'left'")
     return "\n".join(lines)
