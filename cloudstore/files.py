@@ -33,7 +33,8 @@ body then held, by the object's version.  A listed object the ledger names
 at that version has that state (a fact: versions never come back); one it
 names at another version, or one whose size says neither state, is read;
 any other object was written since the ledger, in this layout, and its size
-says its state.  A hashed path's real path is in its header only: a live
+says its state.  A ledger of this layout also says whether any file key of
+0.4's layout (keys.py) was there: where none, no op looks for one.  A hashed path's real path is in its header only: a live
 one is read once (then remembered by version), a tombstone never.
 """
 
