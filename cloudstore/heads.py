@@ -41,6 +41,9 @@ the conversation head.
 
 from __future__ import annotations
 
+import threading
+import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeGuard, TypeVar
 
@@ -58,6 +61,13 @@ REMOVED_MAX = 1024
 _FIELDS = frozenset({"thread", "epoch", "holder", "started", "renewed", "removed", "packed", "ended", "at"})
 
 T = TypeVar("T")
+
+#: Seconds between two writes of one head that only move its packing hint and this process's last write
+#: of it: GCS takes about one write a second per object (burst 2), and the head is also the lease a
+#: holder renews, so a hint never comes sooner than this after any write of ours (``hint_due``).
+HINT_GAP_SECONDS = 1.0
+#: The clock of ``HINT_GAP_SECONDS`` (a test may step it).
+monotonic: Callable[[], float] = time.monotonic
 
 #: The fields of a lease within a head; the rest (thread, epoch, removed) outlive it.
 LEASE_FIELDS = ("holder", "started", "renewed")
@@ -172,7 +182,53 @@ class Heads:
     def update(self, keys: AgentKeys, thread: str, change: Callable[[dict[str, Any]], tuple[Any, T]],
                cached: bool = False, absent: bool = False) -> T:
         """``Space.update`` on the head; ``change`` always gets a whole head (epoch included)."""
+        key = keys.lease(thread)
+        written = _written_at(self.space)
         with stored.parsing(HEAD):
-            return self.space.update(keys.lease(thread),
-                                     lambda head: change(self._complete(thread, checked(thread, head))),
-                                     cached=cached, absent=absent)
+            return self.space.update(key, lambda head: change(self._complete(thread, checked(thread, head))),
+                                     cached=cached, absent=absent,
+                                     on_written=lambda _obj, _value: written.__setitem__(key, monotonic()))
+
+    def hint_due(self, keys: AgentKeys, thread: str) -> bool:
+        """Whether a write that only moves the head's packing hint may go now: none of this process's
+        writes of the head (a renew, a take, a hint) in the last ``HINT_GAP_SECONDS``.
+
+        Why: a lease renewed every lapse/3 at the smallest lapse the docs allow
+        on GCS (``leases.GCS_LAPSE_MIN_MS``) writes its head every 2 s, half of
+        the object's rate; hints spaced a second from every other write keep
+        the head within the rest.  A hint not written costs speed only (a read
+        fetches fewer blocks ahead, or lists a little further) and moves with
+        the next one.
+        """
+        then = _written_at(self.space).get(keys.lease(thread))
+        return then is None or monotonic() - then >= HINT_GAP_SECONDS
+
+
+#: Per backend (one SDK client, one process): when this process last wrote each head, by key.
+_WRITTEN: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()
+_WRITTEN_LOCK = threading.Lock()
+#: Heads remembered at most; the oldest are forgotten first (a forgotten head's hint is simply due).
+_WRITTEN_MAX = 4096
+
+
+class _Recent(dict[str, float]):
+    """Write times by key, at most ``_WRITTEN_MAX`` of them (insertion order: oldest first)."""
+
+    def __setitem__(self, key: str, value: float) -> None:
+        with _WRITTEN_LOCK:
+            self.pop(key, None)
+            super().__setitem__(key, value)
+            while len(self) > _WRITTEN_MAX:
+                self.pop(next(iter(self)))
+
+
+def _written_at(space: Space) -> dict[str, float]:
+    backend = getattr(space.store, "backend", space.store)
+    with _WRITTEN_LOCK:
+        try:
+            found = _WRITTEN.get(backend)
+        except TypeError:  # no weak reference to it: remembered per call, so every hint is due
+            return _Recent()
+        if found is None:
+            found = _WRITTEN[backend] = _Recent()
+        return found

@@ -28,6 +28,13 @@ from .heads import HEAD, Heads, checked, has_lease, without_lease
 from .space import KEEP, Space
 from .validate import Agent
 
+#: The smallest ``lapse_ms`` the docs allow for a lease renewed every lapse/3 on GCS (docs/protocol.md,
+#: *How often a lease can be renewed*).  A lease is one object, its conversation's head, and GCS takes
+#: about one write a second per object name (a burst of 2 beyond it, then 429): renewed every 2 s, a
+#: lease spends half of that, and the rest is left to ``take``, ``end`` and the packing hint, which is
+#: written no sooner than a second after any write of this process to the head (``Heads.hint_due``).
+GCS_LAPSE_MIN_MS = 6000
+
 
 def lapsed(lease: dict[str, Any], lapse_ms: int, now: int) -> bool:
     """The one judgment of lapse: not renewed for ``lapse_ms`` or more (store time, ms)."""
