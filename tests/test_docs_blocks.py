@@ -112,3 +112,23 @@ def test_every_e_or_name_the_readme_points_back_to_is_there() -> None:
     assert "E above" not in text
     for m in re.finditer(r"bound E of `([^`]+)`", text):
         assert (ROOT / m.group(1)).exists(), m.group(1)
+
+
+def test_migrate_run_again_is_as_the_readme_says(tmp_path: Path) -> None:
+    """A finished migrate's destination is refused on a second run unless --force (the code), and the
+    README says so instead of a bare "run it again to resume" (eafe802)."""
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    src.mkdir()
+    dst.mkdir()
+    env = {**__import__("os").environ, "LNK_BUCKET_URL": f"file://{src}"}
+    put = subprocess.run(["lnk-bucket-store", "call"], input='{"op": "append", "agent": {"owner": null, "id": "a"}, '
+                         '"thread": "t", "event": {"seq": 1}}', capture_output=True, text=True, env=env, timeout=60)
+    assert '"done"' in put.stdout, put.stderr
+    admin = [sys.executable, "-m", "cloudstore.admin.cli", "migrate", f"file://{src}", f"file://{dst}"]
+    first = subprocess.run(admin, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    again = subprocess.run(admin, capture_output=True, text=True, timeout=120)
+    assert again.returncode != 0 and "--force" in again.stderr and "Traceback" not in again.stderr, again.stderr
+    text = " ".join((ROOT / "README.md").read_text().split())
+    assert "run it again to resume)" not in text
+    assert "a run cut short resumes when run again" in text and "a finished run's destination too" in text
