@@ -34,8 +34,9 @@ at that version has that state (a fact: versions never come back); one it
 names at another version, or one whose size says neither state, is read;
 any other object was written since the ledger, in this layout, and its size
 says its state.  A ledger of this layout also says whether any file key of
-0.4's layout (keys.py) was there: where none, no op looks for one.  A hashed path's real path is in its header only: a live
-one is read once (then remembered by version), a tombstone never.
+0.4's layout (keys.py) was there: where none, no op looks for one.  A
+hashed path's real path is in its header only: a live one is read once
+(then remembered by version), a tombstone never.
 """
 
 from __future__ import annotations
@@ -265,10 +266,8 @@ class Files:
         judged: list[tuple[Listed, bool | None, str | None]] = []
         for i, item in enumerate(inline + hashed):
             is_hashed = i >= len(inline)
-            if not is_hashed and is_old_file_part(item.key[len(base):]):
-                old_path = keys.path_of(item.key)
-                if keys.file(old_path) in listed_keys:
-                    continue  # an old layout's key its path's key of this layout shadows (``_old``)
+            if not is_hashed and is_old_file_part(item.key[len(base):]) and self._shadowed(keys, item, listed_keys):
+                continue  # an old layout's key its path's key of this layout shadows (``_old``)
             live, path = self._judge(item, ledger.get(item.key[len(base):]))
             if path is None and not is_hashed:
                 path = keys.path_of(item.key)
@@ -288,6 +287,14 @@ class Files:
         if len(paths) > FILES_MAX:
             raise RequestError(f"the folder holds more than {FILES_MAX} files; a list is never cut short")
         return sorted(paths, key=lambda p: p.encode("utf-8"))
+
+    @staticmethod
+    def _shadowed(keys: AgentKeys, item: Listed, listed_keys: set[str]) -> bool:
+        """Whether an old layout's key is shadowed by its path's key of this layout, listed beside it."""
+        try:
+            return keys.file(keys.path_of(item.key)) in listed_keys
+        except UnicodeDecodeError:  # a key no driver wrote: judged as any other
+            return False
 
     @staticmethod
     def _judge(item: Listed, fact: tuple[str, bool, str] | None) -> tuple[bool | None, str | None]:

@@ -307,6 +307,11 @@ def test_a_move_cut_short_is_finished_by_a_rerun(old_tree: str, tmp_path: Any) -
     assert moved.ok and moved.resumed == 1 and moved.moved == len(todo) - 1, moved.as_dict()
     assert state(open_url(url)) == before
 
+    from cloudstore.admin.cli import main
+
+    assert main(["migrate", "--in-place", url, "--json"]) == 0  # the command, rerun: nothing to do, all fine
+    assert main(["migrate", url]) == 2  # neither a destination nor --in-place
+
 
 def list_keys(opened: Opened) -> list[Any]:
     from cloudstore.admin.walk import list_all
