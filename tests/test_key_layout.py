@@ -170,9 +170,23 @@ def test_the_workload_on_seaweedfs(seaweed_server: Any, monkeypatch: pytest.Monk
     check_keys(store_keys(opened))
 
 
-def test_a_file_beside_a_folder_of_its_name_in_both_orders(tmp_path: Any) -> None:
-    os.makedirs(f"{tmp_path}/store")
-    opened = open_url(f"file://{tmp_path}/store")
+def opened_at(where: str, tmp_path: Any, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Opened:
+    """A fresh store on the folder or on SeaweedFS (the session's server, a prefix of its own)."""
+    if where == "file":
+        os.makedirs(f"{tmp_path}/store")
+        return open_url(f"file://{tmp_path}/store")
+    em = request.getfixturevalue("seaweed_server")
+    for key, value in em.env.items():
+        monkeypatch.setenv(key, value)
+    return open_url(f"s3://{em.bucket}/{uuid.uuid4().hex[:12]}")
+
+
+@pytest.mark.parametrize("where", ["file", "seaweedfs"])
+def test_a_file_beside_a_folder_of_its_name_in_both_orders(where: str, tmp_path: Any, request: pytest.FixtureRequest,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28's cases 1 and 2: on SeaweedFS eafe802 gave up after 200 lost rounds on the first, and was
+    refused (``KeyTooLongError``) on the second."""
+    opened = opened_at(where, tmp_path, request, monkeypatch)
     agent = AGENTS[0]
 
     def ask(op: str, **args: Any) -> dict[str, Any]:
@@ -181,11 +195,22 @@ def test_a_file_beside_a_folder_of_its_name_in_both_orders(tmp_path: Any) -> Non
     assert ask("file_write", path="skills/dual/inner.md", data=b64(b"i"), version=0)["version"] == 1
     assert ask("file_write", path="skills/dual", data=b64(b"d"), version=0)["version"] == 1
     assert ask("file_remove", path="skills/dual", version=1)["found"]
+    assert ask("file_remove", path="skills/dual/inner.md", version=1)["found"]
     assert ask("file_write", path="skills/other", data=b64(b"o"), version=0)["version"] == 1
     assert ask("file_write", path="skills/other/x", data=b64(b"x"), version=0)["version"] == 1
     assert ask("file_write", path="skills/dual", data=b64(b"d2"), version=0)["version"] == 2
-    assert ask("file_list", folder="skills")["files"] == ["skills/dual", "skills/dual/inner.md", "skills/other",
-                                                          "skills/other/x"]
+    assert ask("file_write", path="skills/dual/inner.md", data=b64(b"i2"), version=0)["version"] == 2
+    long = "skills/" + "/".join(c * n for c, n in (("a", 256), ("b", 300), ("c", 280))) + "/" + "d" * 178
+    assert len(long.encode()) == 1024
+    assert ask("file_write", path=long, data=b64(b"L"), version=0)["version"] == 1
+    assert ask("file_read", path=long)["file"] == {"data": b64(b"L"), "version": 1}
+    part = "skills/" + "e" * 300 + "/x"  # inline in eafe802's layout (under 400 bytes), one part over 255
+    assert ask("file_write", path=part, data=b64(b"P"), version=0)["version"] == 1
+    assert ask("file_read", path=part)["file"] == {"data": b64(b"P"), "version": 1}
+    assert ask("file_list", folder="skills")["files"] == sorted(
+        ["skills/dual", "skills/dual/inner.md", "skills/other", "skills/other/x", long, part],
+        key=lambda p: p.encode())
+    assert ask("file_list", folder="skills/dual")["files"] == ["skills/dual/inner.md"]
     check_keys(store_keys(opened))
 
 
