@@ -45,7 +45,11 @@ def parser() -> argparse.ArgumentParser:
         "bodies, resets, cut bodies, shifted Dates. A driver may answer 'outcome unknown', never another's "
         "win about its own write, and every acknowledged write reads back exactly once. A failure prints "
         "the seed, the fault schedule and the history that broke; --seed N replays it. "
-        "--faults --quick takes under 2 minutes on moto.",
+        "--faults --quick takes under 2 minutes on moto. "
+        "With --crash (any driver) the suite sends multi-request ops to serve processes it kills with SIGKILL "
+        "before each store request in turn (where the driver honours LNK_STORE_FAILPOINT=N) and at seeded "
+        "moments, and another process checks what the next ops see: no event lost or doubled, no job in two "
+        "places or none, no version given twice, no narrowing widened, one lease holder at most.",
     )
     p.add_argument(
         "program", metavar="PROGRAM", help="the driver: a name on PATH, a path, or a shell-quoted command line"
@@ -64,8 +68,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--faults", action="store_true",
                    help="judge the driver under seeded HTTP faults, through a proxy in front of the endpoint "
                         "its --env names (see below)")
-    p.add_argument("--seed", type=int, metavar="N", help="with --faults: the seed of the fault schedules "
-                                                         "(a failure prints it; default: a random one)")
+    p.add_argument("--crash", action="store_true",
+                   help="kill serve processes mid-op (SIGKILL at failpoints and seeded moments) and check what the "
+                        "next ops see (see below)")
+    p.add_argument("--seed", type=int, metavar="N", help="with --faults or --crash: the seed of the fault schedules "
+                                                         "or kill moments (a failure prints it; default: random)")
     bridge_transport.add_options(p)
     return p
 
@@ -85,19 +92,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = env_pairs(args.env, "--env", p.error)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
-    if args.seed is not None and not args.faults:
-        p.error("--seed goes with --faults")
-    transports = None if args.faults else make_transports(args, env)
-    if args.faults and (getattr(args, "via_bridge", False) or args.families or args.mode != "serve"):
-        p.error("--faults runs its own serve processes: it takes no --via-bridge, --family or --mode")
+    special = args.faults or args.crash
+    if args.seed is not None and not special:
+        p.error("--seed goes with --faults or --crash")
+    if args.faults and args.crash:
+        p.error("--faults and --crash are runs of their own: one at a time")
+    transports = None if special else make_transports(args, env)
+    if special and (getattr(args, "via_bridge", False) or args.families or args.mode != "serve"):
+        p.error("--faults and --crash run their own serve processes: they take no --via-bridge, --family or --mode")
     try:
         report = run(
             args.program, args.families, env, mode=args.mode, rounds=args.rounds, quick=args.quick,
-            checks=args.checks, transports=transports, faults=args.faults, seed=args.seed,
+            checks=args.checks, transports=transports, faults=args.faults, crash=args.crash, seed=args.seed,
             on_result=lambda r: print_line(r.line()), on_note=lambda n: print_line(f"# {n}"),
         )
     except ValueError as exc:
-        if not args.faults:
+        if not special:
             raise
         print(f"lnk-store-check: {exc}", file=sys.stderr)
         return 2

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from ..client import DriverError
-from . import commands, conversations, fault_checks, files, jobs, narrowing
+from . import commands, conversations, crash_checks, fault_checks, files, jobs, narrowing
 from .expect import is_error
 from .faults import open_world
 from .harness import FAMILIES, Check, Ctx, Report, Result, run_check
@@ -99,6 +99,7 @@ def run(
     on_result: Callable[[Result], None] | None = None,
     on_note: Callable[[str], None] | None = None,
     faults: bool = False,
+    crash: bool = False,
     seed: int | None = None,
 ) -> Report:
     """Run the conformance suite against one driver; the report of every check.
@@ -112,7 +113,8 @@ def run(
     checks of the program's commands are then not run.
 
     ``faults`` runs the ``faults`` family instead, behind the suite's proxy
-    (see :func:`run_faults`), with fault schedules drawn from ``seed``.
+    (see :func:`run_faults`), with fault schedules drawn from ``seed``;
+    ``crash`` the ``crash`` family (:func:`run_crash`), its kill moments drawn from ``seed``.
     """
     started = time.monotonic()
     report = Report()
@@ -131,6 +133,18 @@ def run(
         if driver is None:
             raise ValueError("--faults needs the driver program (it starts its own processes)")
         run_faults(driver, contract, report, quick=quick, checks=checks, seed=seed, on_result=on_result, say=say)
+        report.seconds = time.monotonic() - started
+        return report
+    if crash:
+        if driver is None:
+            raise ValueError("--crash needs the driver program (it starts and kills its own processes)")
+        probe = ServeTransport(driver)
+        try:
+            tools_refused = probe_tools(Ctx(probe, driver, dict(contract), rounds))
+        finally:
+            probe.close()
+        run_crash(driver, contract, report, quick=quick, checks=checks, seed=seed, keeps_tools=tools_refused is None,
+                  on_result=on_result, say=say)
         report.seconds = time.monotonic() - started
         return report
     # Without a contract nothing says which families the driver keeps: only `check`, which reports why.
@@ -205,5 +219,38 @@ def run_faults(
         world.close()
     figures = f"faults: {ops} ops; faults fired by kind: " + (
         ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none")
+    report.notes.append(figures)
+    say(figures)
+
+
+def run_crash(
+    driver: Driver, contract: Mapping[str, object], report: Report, *, quick: bool, checks: Sequence[str],
+    seed: int | None, keeps_tools: bool, on_result: Callable[[Result], None] | None, say: Callable[[str], None],
+) -> None:
+    """The ``crash`` family; a failure's seed and the history that broke as notes, and the kills by kind."""
+    seed = random.randrange(1, 1 << 31) if seed is None else seed
+    say(f"crash: seed {seed} (replay: --seed {seed})")
+    report.notes.append(f"seed {seed}")
+    ops, kills = 0, Counter[str]()
+    for check in crash_checks.checks.checks:
+        if checks and not any(s in check.name for s in checks):
+            continue
+        history = History(seed)
+        ctx = crash_checks.CrashCtx(None, driver, dict(contract), keeps_tools=keeps_tools, seed=seed, quick=quick,
+                                    history=history, rng=random.Random(f"{seed}:{check.name}"))
+        result = run_check(check, ctx, "crash")
+        report.results.append(result)
+        ops += history.ops
+        kills.update(ctx.kills)
+        if on_result:
+            on_result(result)
+        if not result.passed:
+            lines = [f"{check.name} failed with seed {seed} (replay: --seed {seed} --check {check.name})",
+                     "history that broke:", *history.tail()]
+            for line in lines:
+                report.notes.append(line)
+                say(line)
+    figures = f"crash: {ops} requests; processes killed: " + (
+        ", ".join(f"{n} by {k}" for k, n in sorted(kills.items())) or "none")
     report.notes.append(figures)
     say(figures)

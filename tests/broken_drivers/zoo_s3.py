@@ -18,6 +18,9 @@ each must be caught by the check named for it:
                                                                  -> faults.late_landing
   local_clock    leases judged and written by this machine's clock, not the store's
                                                                  -> faults.store_time
+  shift_in_two   job_shift as a put into the target, then a removal from the source: a
+                 process killed between the two leaves the job in two places
+                                                                 -> crash.job_shift (``--crash``; on a folder too)
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import time
 from typing import Any
 
 BREAK = os.environ.get("ZOO_BREAK", "")
-BREAKS = ("sdk_retries", "still_current", "late_delete", "local_clock")
+BREAKS = ("sdk_retries", "still_current", "late_delete", "local_clock", "shift_in_two")
 
 
 def sdk_retries() -> None:
@@ -72,6 +75,19 @@ def local_clock() -> None:
 
     clock.StoreClock.offset = property(lambda self: 0.0)  # type: ignore[method-assign,assignment]
     clock.StoreClock.earliest = lambda self: time.time()  # type: ignore[method-assign]
+
+
+def shift_in_two() -> None:
+    from cloudstore import jobs
+
+    def shift(self: Any, agent: Any, job_id: str, source: str, target: str) -> bool:
+        job = self.get(agent, source, job_id)
+        if job is None:
+            return False
+        self.put(agent, target, job)
+        return bool(self.remove(agent, source, job_id))
+
+    jobs.Jobs.shift = shift
 
 
 def main() -> None:

@@ -1,0 +1,37 @@
+"""``lnk-store-check --crash``: this project's driver passes on a folder; a driver whose shift is two writes fails.
+
+The folder backend honours ``LNK_STORE_FAILPOINT`` as the cloud ones do, so
+the kill points are the same requests without an emulator (the rig of
+``tests/test_crash_points.py`` covers the drivers on the emulators).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from cloudstore.conformance import crash_checks, run
+
+ZOO = Path(__file__).resolve().parent.parent / "broken_drivers" / "zoo_s3.py"
+SEED = 20261202
+
+
+@pytest.mark.slow  # about a minute: a process started and killed per kill point
+@pytest.mark.timeout(600)
+def test_bucket_store_passes_crash_quick(tmp_path: Path) -> None:
+    report = run("lnk-bucket-store", env={"LNK_BUCKET_URL": f"file://{tmp_path}"}, crash=True, quick=True, seed=SEED)
+    assert report.ok, report.failures() + "\n" + "\n".join(report.notes)
+    assert report.names() == {c.name for c in crash_checks.checks.checks}
+    killed = next(n for n in report.notes if n.startswith("crash: ") and "killed" in n)
+    assert " by failpoint" in killed and " by moment" in killed, killed
+
+
+@pytest.mark.timeout(300)
+def test_a_shift_in_two_writes_fails_crash_job_shift(tmp_path: Path) -> None:
+    report = run((sys.executable, str(ZOO)), env={"LNK_BUCKET_URL": f"file://{tmp_path}", "ZOO_BREAK": "shift_in_two"},
+                 crash=True, quick=True, seed=SEED, checks=["crash.job_shift"])
+    assert report.failed_names() == {"crash.job_shift"}, report.failures()
+    notes = "\n".join(report.notes)
+    assert "in exactly one place" in report.failures() and "history that broke:" in notes
