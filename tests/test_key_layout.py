@@ -445,3 +445,35 @@ def test_a_bare_due_floor_lists_that_due_s_entries(where: str, tmp_path: Any, re
                                       "job": {"id": f"j{n}-{due}", "spec": None, "due": due}}))
     entries, _ = opened.service.jobs.due(100, sortable(200))
     assert sorted(e.due for e in entries) == [200] * len(AGENTS) + [300] * len(AGENTS)
+
+
+def test_old_files_changed_by_these_drivers_then_moved(old_tree: str, tmp_path: Any) -> None:
+    """A file of the old layout written, appended and removed by these drivers (each seeds its new key from
+    the old one's version), then moved: the move keeps what the drivers made, versions never come back."""
+    from cloudstore.admin import relayout
+
+    url = f"file://{tmp_path}/store"
+    os.makedirs(f"{tmp_path}/store")
+    lines = "".join(json.dumps(r) + "\n" for r in old_requests()[:12])
+    run = subprocess.run([sys.executable, "-c", WRITER, url], input=lines, env=dict(os.environ, PYTHONPATH=old_tree),
+                         capture_output=True, text=True, cwd=old_tree, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    opened = open_url(url)
+    agent = AGENTS[0]
+
+    def ask(op: str, **args: Any) -> dict[str, Any]:
+        return ok(opened.service.answer({"op": op, "agent": agent, **args}))
+
+    assert ask("file_remove", path="skills/a", version=1)["found"]
+    assert ask("file_write", path="skills/a/inner.md", data=b64(b"n"), version=1) == {"reply": "wrote", "version": 2}
+    assert ask("file_append", path="skills/~", data=b64(b"+")) == {"reply": "wrote", "version": 2}
+    assert ask("file_write", path="skills/gone", data=b64(b"back"), version=0) == {"reply": "wrote", "version": 2}
+    before = state(opened)
+    moved = relayout.relayout(url)
+    assert moved.ok and moved.resumed == 4, moved.as_dict()
+    fresh = open_url(url)
+    assert state(fresh) == before
+    assert ok(fresh.service.answer({"op": "file_read", "agent": agent, "path": "skills/a"}))["file"] is None
+    assert ok(fresh.service.answer({"op": "file_write", "agent": agent, "path": "skills/a", "data": b64(b"x"),
+                                    "version": 0})) == {"reply": "wrote", "version": 2}
+    check_keys(store_keys(fresh))

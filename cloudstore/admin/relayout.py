@@ -83,7 +83,11 @@ def move_one(opened: Opened, key: Key) -> tuple[str, str]:
     old = store.get(key.key)
     if old is None:
         return "gone", key.key
-    header, data = _header(old.data)
+    try:
+        header, data = _header(old.data)
+        int(header["v"])
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return "left", f"{key.key}: no file object a driver wrote (its header is no {{v, path}})"
     path = header.get("path")
     if not isinstance(path, str) or path_part_of_old(key) != path:
         return "left", f"{key.key}: its header names {path!r}, not the path its key spells"
@@ -97,8 +101,7 @@ def move_one(opened: Opened, key: Key) -> tuple[str, str]:
     if now is None:
         return "left", f"{key.key}: {target} could not be read back"
     new_header, new_data = _header(now.data)
-    same = int(new_header["v"]) == int(header["v"]) and new_header.get("gone", False) == header.get("gone", False)
-    if new_header.get("path") != path or not ((same and new_data == data) or int(new_header["v"]) > int(header["v"])):
+    if not _carries(header, data, new_header, new_data):
         return "left", f"{key.key}: {target} holds version {new_header.get('v')}, not {header['v']} or later"
     try:
         store.delete(key.key, old.version)
@@ -108,6 +111,20 @@ def move_one(opened: Opened, key: Key) -> tuple[str, str]:
         if store.get(key.key) is not None:  # a missing key is 412, not 404)
             return "left", f"{key.key}: rewritten while it was moved (an old driver still runs?)"
     return outcome, target
+
+
+def _carries(old: dict[str, Any], data: bytes, new: dict[str, Any], new_data: bytes) -> bool:
+    """Whether the new key holds the old one's file, or what a driver made of it since.
+
+    The same version, state and bytes (what this run, or one cut short,
+    wrote); a later version (a driver's write or append); or the same
+    version removed (a driver's removal: it keeps the version).
+    """
+    if new.get("path") != old.get("path"):
+        return False
+    v, new_v = int(old["v"]), int(new["v"])
+    gone, new_gone = bool(old.get("gone", False)), bool(new.get("gone", False))
+    return (new_v == v and gone == new_gone and new_data == data) or new_v > v or (new_v == v and new_gone)
 
 
 def path_part_of_old(key: Key) -> str:
