@@ -168,9 +168,11 @@ class BridgeStoreClient:
     def request(self, request: dict[str, Any]) -> dict[str, Any]:
         try:
             return self.bridge.request(request)
-        except (FileNotFoundError, NotADirectoryError, PermissionError, ConnectionRefusedError) as exc:
+        except (FileNotFoundError, NotADirectoryError, PermissionError, ConnectionRefusedError,
+                BlockingIOError) as exc:
             # Only connect() fails so (a write or read after it resets or breaks): nothing was sent.
-            permanent = not isinstance(exc, ConnectionRefusedError)  # refused: a bridge restarting
+            # BlockingIOError (EAGAIN): the bridge's backlog is full, a busy bridge, not a wrong one.
+            permanent = not isinstance(exc, (ConnectionRefusedError, BlockingIOError))  # refused: restarting
             raise NotSent(f"bridge {self.bridge.socket_path}: cannot connect: {exc.strerror or exc} "
                           "(nothing was sent)", permanent) from exc
         except Exception as exc:  # BridgeError, socket.timeout
