@@ -43,6 +43,7 @@ class Candidate:
     store: AgentStore
     job: str
     try_at: float
+    entered: float  # when (monotonic, as a listing's age puts it) the job entered firing
 
 
 class ClaimWatch:
@@ -138,6 +139,10 @@ class ClaimWatch:
     def _saw(self, store: AgentStore, job: str, age: float, now: float) -> None:
         key = (store.agent, job)
         self._seen.add(key)
-        if key not in self.candidates:
+        entered = now - age
+        known = self.candidates.get(key)
+        # New, or its entry written again since (the job left firing and entered it anew under a fresh
+        # claim): its lease cannot lapse before a lapse after that.
+        if known is None or entered > known.entered + self.look_interval:
             wait = max(0.0, self.lapse - age - self.look_interval)
-            self.candidates[key] = Candidate(store, job, now + wait)
+            self.candidates[key] = Candidate(store, job, now + wait, entered)

@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 from scheduler_rig import FIRE, Rig, wait_for
 
-AGENTS = {"file": 100, "moto": 20, "gcs": 20}  # agents a runner serves, by backend
-LAPSE, POLL = 3.0, 0.5
+AGENTS = {"file": 100, "moto": 30, "gcs": 30}  # agents a runner serves, by backend
+LAPSE, POLL = 5.0, 0.5
 RUNNERS = 3
 
 
