@@ -79,6 +79,30 @@ def test_delete(seam):
     assert s.put(key, b"again", Create()).data == b"again"
 
 
+def test_conditional_delete_of_a_missing_key_is_not_found_and_of_another_version_a_precondition(store_env):
+    """One answer on every server: SeaweedFS answers a conditional DELETE of a missing key 412
+    (moto and AWS S3: 404), which must not read as "another version is there"."""
+    loc = location_of(store_env)
+    backend = open_backend(loc)
+    key = loc.prefix + "cond-del"
+    obj = RetryingStore(backend).put(key, b"a", Create())
+    if store_env.backend != "gcs":  # fake-gcs-server does not judge a delete's ifGenerationMatch (sim/run.py)
+        with pytest.raises(PreconditionFailed):
+            backend.delete(key, _other_version(obj.version))
+    backend.delete(key, obj.version)
+    with pytest.raises(NotFound):
+        backend.delete(key, obj.version)
+    assert RetryingStore(backend).delete(key, obj.version) is False
+
+
+def _other_version(version: str | None) -> str:
+    """A version token of the same shape as ``version`` that is not it."""
+    assert version
+    body = version.strip('"')
+    flipped = ("0" if body[0] != "0" else "1") + body[1:]
+    return f'"{flipped}"' if version.startswith('"') else flipped
+
+
 def test_listing_order_start_after_limit_and_dirs(seam):
     s, root = seam
     names = [f"{i:020d}" for i in (5, 1, 12, 3, 100)]
