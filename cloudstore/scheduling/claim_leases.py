@@ -11,7 +11,10 @@ who fires it is kept beside it, in a conversation lease on the thread
   through a driver process of its own where the runner has one serve
   process (so a renewal never queues behind the runner's claims);
 * ended once the job has left firing, never before (a runner that can't tell
-  where its job is leaves the lease to lapse, so recovery looks again).
+  where its job is leaves the lease to lapse, so recovery looks again);
+* kept, and renewed, while the finish of a fire that ended keeps failing
+  (``finish_later``): a job whose fire ended is never recovered from a
+  runner that is alive.
 
 Fencing: ``take`` judges a lease lapsed ``lapse`` after its last renewal.  A
 fire whose claim hasn't been confirmed (a successful take or renew, timed from
@@ -85,6 +88,8 @@ class Claims:
         self.lapse_ms = max(1, int(round(lapse * 1000)))
         self.fence = lapse * FENCE
         self._held: dict[int, Claim] = {}
+        # Claims whose fire ended but whose finish kept failing: (the claim, one more try, told when done).
+        self._finishing: dict[int, tuple[Claim, Callable[[], bool], Callable[[], None]]] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
         self._renewer = threading.Thread(target=self._renew_loop, name="claim-renewer", daemon=True)
@@ -127,6 +132,38 @@ class Claims:
         with self._lock:
             self._held.pop(id(claim), None)
 
+    def finish_later(self, claim: Claim, finish: Callable[[], bool], done: Callable[[], None]) -> None:
+        """A fire that ended but could not be finished yet (a throttle or an outage past every try).
+
+        The claim stays ours: its lease is still renewed, so no runner
+        recovers (fires again) a job whose fire has ended.  Each renewal
+        round tries ``finish`` once more (True: the job left firing, the lease
+        is ended; False: it was not there, the lease lapses); ``done`` is
+        called once it is settled, the claim lost, or the runner stopping.
+        """
+        with self._lock:
+            self._finishing[id(claim)] = (claim, finish, done)
+
+    def _settle_finishes(self) -> None:
+        with self._lock:
+            pending = list(self._finishing.values())
+        for claim, finish, done in pending:
+            settled = True
+            if claim.lost is None and self._holds(claim):
+                try:
+                    if finish():
+                        self.release(claim)
+                    else:
+                        self.forget(claim)
+                except StoreCallError as exc:
+                    log("finish_retry", agent=claim.store.agent.label(), job=claim.job_id, error=str(exc),
+                        attempt="later")
+                    settled = False
+            if settled:
+                with self._lock:
+                    self._finishing.pop(id(claim), None)
+                done()
+
     def _holds(self, claim: Claim) -> bool:
         with self._lock:
             return id(claim) in self._held
@@ -134,6 +171,10 @@ class Claims:
     def close(self) -> None:
         self._closed.set()
         self._renewer.join(5)
+        with self._lock:
+            pending, self._finishing = list(self._finishing.values()), {}
+        for _, _, done in pending:  # left to lapse: recovery fires them again, as after a crash
+            done()
 
     def _renew_loop(self) -> None:
         while not self._closed.wait(self.lapse / 3):
@@ -153,3 +194,4 @@ class Claims:
                 elif self._holds(claim):  # not merely released meanwhile
                     claim.lose("lost")
                     log("lease_lost", agent=claim.store.agent.label(), job=claim.job_id)
+            self._settle_finishes()

@@ -203,6 +203,7 @@ class Claimer:
 
     def _fire_and_finish(self, store: AgentStore, job: dict[str, Any], claim: Claim, recovered: bool) -> None:
         agent, job_id = store.agent, job["id"]
+        later = False  # the finish handed to the renewer: the job stays in flight until it is settled
         try:
             result = self.fire.run(agent, job, recovered, lambda: self.claims.stale(claim))
             with self._lock:
@@ -226,7 +227,7 @@ class Claimer:
                 # Another runner has it, or may take it any moment: it fires it again and finishes it.
                 self.claims.forget(claim)
                 return
-            self._finish(store, job_id, claim)
+            later = self._finish(store, job_id, claim)
         except StoreCallError as exc:
             log("finish_failed", runner=self.holder, agent=agent.label(), job=job_id, error=str(exc))
             self.claims.forget(claim)
@@ -234,10 +235,15 @@ class Claimer:
             log("worker_failed", runner=self.holder, agent=agent.label(), job=job_id, error=repr(exc))
             self.claims.forget(claim)
         finally:
-            self._leave(agent, job_id)
+            if not later:
+                self._leave(agent, job_id)
             self._slots.release()
 
-    def _finish(self, store: AgentStore, job_id: str, claim: Claim) -> None:
+    def _finish_once(self, store: AgentStore, job_id: str) -> bool:
+        """One finish request: whether the job was in firing (and has left it)."""
+        return store.shift(job_id, "firing", "ending") if self.keep_ending else store.remove("firing", job_id)
+
+    def _finish(self, store: AgentStore, job_id: str, claim: Claim) -> bool:
         """Out of firing (into ending when kept, else removed), then the lease goes.
 
         One request either way: a job not kept is removed straight from
@@ -249,15 +255,25 @@ class Claimer:
         unreachable for a while) is tried again while the claim is ours: its
         lease is still renewed, so no runner recovers a job whose fire has
         ended.  Letting go at the first failure left the job in firing with a
-        lapsing lease, and recovery fired it again.
+        lapsing lease, and recovery fired it again.  Past ``FINISH_TRIES`` the
+        finish is handed to the claims' renewer (``Claims.finish_later``),
+        which keeps the lease and tries once a renewal round until it is
+        done: True (the job stays in flight here until then, so this
+        runner's own recovery scan never takes it either).
         """
+        agent = store.agent
         for attempt in range(FINISH_TRIES):
             try:
-                moved = store.shift(job_id, "firing", "ending") if self.keep_ending else store.remove("firing", job_id)
+                moved = self._finish_once(store, job_id)
                 break
             except StoreCallError as exc:
-                if claim.lost is not None or attempt == FINISH_TRIES - 1:
+                if claim.lost is not None:
                     raise
+                if attempt == FINISH_TRIES - 1:
+                    log("finish_later", runner=self.holder, agent=agent.label(), job=job_id, error=str(exc))
+                    self.claims.finish_later(claim, lambda: self._finish_once(store, job_id),
+                                             lambda: self._leave(agent, job_id))
+                    return True
                 wait = min(FINISH_WAIT_MAX, FINISH_WAIT * 2**attempt)
                 log("finish_retry", runner=self.holder, agent=store.agent.label(), job=job_id, error=str(exc),
                     attempt=attempt + 1, wait_s=wait)
@@ -265,5 +281,6 @@ class Claimer:
         if not moved:
             log("lost_job", runner=self.holder, agent=store.agent.label(), job=job_id)
             self.claims.forget(claim)
-            return
+            return False
         self.claims.release(claim)
+        return False
