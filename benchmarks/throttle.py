@@ -35,6 +35,7 @@ import base64
 import os
 import statistics
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -47,6 +48,7 @@ from emulators import Emulator, start_fake_gcs, start_moto  # noqa: E402
 from faults.http_proxy import FaultProxy, RateLimit  # noqa: E402
 
 import cloudstore  # noqa: E402
+from cloudstore.leases import GCS_LAPSE_MIN_MS  # noqa: E402
 from cloudstore.service import Service  # noqa: E402
 from cloudstore.settings import open_store, parse_location  # noqa: E402
 from cloudstore.space import Space  # noqa: E402
@@ -145,6 +147,66 @@ def lease_renewals(service: Service, agent: dict, lapse_ms: int, seconds: float)
     return tally
 
 
+def lease_beside_appends(service: Service, agent: dict, lapse_ms: int, seconds: float,
+                         append_rate: float) -> tuple[Tally, int]:
+    """A lease renewed every lapse/3 while its conversation is appended to at ``append_rate`` a second
+    (the holder running its turn): the head is written by renewals and packing hints both.
+    The renewals' tally and the appends that did not answer ``done``."""
+    thread, holder = "t-beside-" + uuid.uuid4().hex[:6], "holder-" + uuid.uuid4().hex[:6]
+    took = service.answer({"op": "take", "agent": agent, "thread": thread, "holder": holder, "lapse_ms": lapse_ms})
+    if took.get("reply") != "took":
+        progress(f"take answered {took}")
+    appender = Service(Space(service.space.store, service.space.root))  # another caller in this process
+    appender.space.deferred = []  # packing (and the hint) after each reply, as serve does
+    failed = [0]
+    stop = threading.Event()
+
+    def appends() -> None:
+        seq = 0
+        started = time.monotonic()
+        while not stop.is_set():
+            due = started + seq / append_rate
+            if due > time.monotonic():
+                time.sleep(due - time.monotonic())
+            seq += 1
+            reply = appender.answer({"op": "append", "agent": agent, "thread": thread, "event": {"seq": seq}})
+            appender.space.run_deferred()
+            if reply.get("reply") != "done":
+                failed[0] += 1
+                seq = int(reply.get("last", seq - 1))
+
+    worker = threading.Thread(target=appends, daemon=True)
+    worker.start()
+    tally = Tally()
+
+    def renew(_: int) -> None:
+        started = time.monotonic()
+        reply = service.answer({"op": "renew", "agent": agent, "thread": thread, "holder": holder})
+        tally.add(reply, time.monotonic() - started)
+
+    try:
+        paced(3000.0 / lapse_ms, seconds, renew)
+    finally:
+        stop.set()
+        worker.join()
+    return tally, failed[0]
+
+
+def print_lease_beside_appends(backend: str, proxy: FaultProxy, service: Service, agent: dict,
+                               args: argparse.Namespace) -> None:
+    """The lease at the smallest lapse the docs allow on GCS, renewed beside appends (issue 26, item 4)."""
+    lapse = GCS_LAPSE_MIN_MS
+    time.sleep(2.5)  # the buckets refill
+    progress(f"{backend}: renew every {lapse / 3:.0f} ms beside {args.append_rate:g} appends/s for {args.seconds} s")
+    before = throttled(proxy)
+    lease, failed = lease_beside_appends(service, agent, lapse, args.seconds, args.append_rate)
+    print(f"{backend:5} renew+app   lapse {lapse} ms (the docs' smallest on GCS), every {lapse / 3:.0f} ms, "
+          f"{args.append_rate:g} appends/s  done {lease.replies.get('done', 0)}  "
+          f"lost {lease.replies.get('lost', 0)} (goal 0)  errors {lease.errors} (goal 0)  "
+          f"appends not done {failed} (goal 0)  throttled {throttled(proxy) - before} (goal 0)  "
+          f"p50 {lease.p50_ms():.0f} ms  worst {lease.worst_ms():.0f} ms", flush=True)
+
+
 def throttled(proxy: FaultProxy) -> int:
     return sum(1 for s in proxy.requests() if s.action == "throttle")
 
@@ -180,6 +242,7 @@ def run(backend: str, args: argparse.Namespace) -> None:
                   f"errors {lease.errors} (goal 0)  outcome unknown {lease.unknown} (goal 0)  "
                   f"throttled {throttled(proxy) - before}  p50 {lease.p50_ms():.0f} ms  "
                   f"worst {lease.worst_ms():.0f} ms (goal well under the lapse)", flush=True)
+            print_lease_beside_appends(backend, proxy, service, agent, args)
     finally:
         em.stop()
 
@@ -191,6 +254,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=2.0, help="file writes offered a second")
     parser.add_argument("--lapse-ms", type=int, default=1500)
     parser.add_argument("--backends", default="gcs", help="gcs, moto or both, comma-separated")
+    parser.add_argument("--append-rate", type=float, default=40.0,
+                        help="appends a second to the leased conversation, beside its renewals")
     return parser.parse_args(argv)
 
 

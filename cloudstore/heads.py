@@ -48,6 +48,7 @@ from collections.abc import Callable
 from typing import Any, TypeGuard, TypeVar
 
 from . import stored
+from .generations import Object
 from .keys import EPOCH_DIGITS, SEQ_DIGITS, AgentKeys
 from .space import Space
 
@@ -184,10 +185,16 @@ class Heads:
         """``Space.update`` on the head; ``change`` always gets a whole head (epoch included)."""
         key = keys.lease(thread)
         written = _written_at(self.space)
+        last = written.get(key)
+        if cached and last is not None:  # this process's newest write of it, whichever service made it
+            self.space._remember_written(key, last[1], last[2])
+
+        def remember(obj: Object, value: Any) -> None:
+            written[key] = (monotonic(), obj, value)
+
         with stored.parsing(HEAD):
             return self.space.update(key, lambda head: change(self._complete(thread, checked(thread, head))),
-                                     cached=cached, absent=absent,
-                                     on_written=lambda _obj, _value: written.__setitem__(key, monotonic()))
+                                     cached=cached, absent=absent, on_written=remember)
 
     def hint_due(self, keys: AgentKeys, thread: str) -> bool:
         """Whether a write that only moves the head's packing hint may go now: none of this process's
@@ -200,21 +207,25 @@ class Heads:
         fetches fewer blocks ahead, or lists a little further) and moves with
         the next one.
         """
-        then = _written_at(self.space).get(keys.lease(thread))
-        return then is None or monotonic() - then >= HINT_GAP_SECONDS
+        last = _written_at(self.space).get(keys.lease(thread))
+        return last is None or monotonic() - last[0] >= HINT_GAP_SECONDS
 
 
-#: Per backend (one SDK client, one process): when this process last wrote each head, by key.
-_WRITTEN: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()
+#: Per backend (one SDK client, one process): when this process last wrote each head, by key, and what.
+#: The services of one process (the Python API's pool) each keep their own last write of a head; a renew
+#: starting from its own while another service moved the hint would spend a refused write (a token, on
+#: GCS) before reading: so every update of a head starts from the newest write any of them made.
+_Written = tuple[float, Object, Any]
+_WRITTEN: weakref.WeakKeyDictionary[Any, dict[str, _Written]] = weakref.WeakKeyDictionary()
 _WRITTEN_LOCK = threading.Lock()
 #: Heads remembered at most; the oldest are forgotten first (a forgotten head's hint is simply due).
 _WRITTEN_MAX = 4096
 
 
-class _Recent(dict[str, float]):
-    """Write times by key, at most ``_WRITTEN_MAX`` of them (insertion order: oldest first)."""
+class _Recent(dict[str, _Written]):
+    """Writes by key, at most ``_WRITTEN_MAX`` of them (insertion order: oldest first)."""
 
-    def __setitem__(self, key: str, value: float) -> None:
+    def __setitem__(self, key: str, value: _Written) -> None:
         with _WRITTEN_LOCK:
             self.pop(key, None)
             super().__setitem__(key, value)
@@ -222,7 +233,7 @@ class _Recent(dict[str, float]):
                 self.pop(next(iter(self)))
 
 
-def _written_at(space: Space) -> dict[str, float]:
+def _written_at(space: Space) -> dict[str, _Written]:
     backend = getattr(space.store, "backend", space.store)
     with _WRITTEN_LOCK:
         try:

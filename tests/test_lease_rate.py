@@ -55,8 +55,11 @@ def gcs_proxy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         yield proxy, store
 
 
+@pytest.mark.parametrize("appender", ["same service", "another service of the process"])
 def test_renewals_at_a_third_of_the_smallest_lapse_meet_no_throttle_hints_included(
-        gcs_proxy: tuple[FaultProxy, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+        gcs_proxy: tuple[FaultProxy, Any], monkeypatch: pytest.MonkeyPatch, appender: str) -> None:
+    """The appends come from the renewing service (a serve process) or from another service on the
+    same backend (the Python API's pool, each service with a cache of its own)."""
     proxy, store = gcs_proxy
     clock = VirtualTime()
     monkeypatch.setattr(heads, "monotonic", clock, raising=False)
@@ -65,9 +68,15 @@ def test_renewals_at_a_third_of_the_smallest_lapse_meet_no_throttle_hints_includ
     service = Service(Space(RetryingStore(open_backend(loc)), loc.prefix))
     service.space.deferred = []  # packing (and the hint) after each reply, as serve does
 
+    other = service
+    if appender != "same service":
+        other = Service(Space(RetryingStore(service.space.store.backend), loc.prefix))
+        other.space.deferred = []
+
     def call(op: str, **args: Any) -> dict:
-        reply = service.answer({"op": op, "agent": agent, **args})
-        service.space.run_deferred()
+        by = other if op == "append" else service
+        reply = by.answer({"op": op, "agent": agent, **args})
+        by.space.run_deferred()
         return reply
 
     agent, thread, holder = fresh_agent(), "t", "holder-1"

@@ -27,6 +27,8 @@ from faults.backend import Call, Fault
 from faults.machines import Machine, Machines
 
 import cloudstore.conversations as conversations
+import cloudstore.heads as heads
+import cloudstore.packing as packing
 from cloudstore.validate import agent as parse_agent
 
 HINT = 16
@@ -38,6 +40,8 @@ HOLD_SECONDS = 5.0
 @pytest.fixture(autouse=True)
 def small_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(conversations, "PREFETCH_HINT_EVERY", HINT)
+    monkeypatch.setattr(packing, "PACK_MIN", 8)  # blocks from 8 (32 in use), so that 40 events have a few
+    monkeypatch.setattr(heads, "HINT_GAP_SECONDS", 0.0)  # every hint due is written (heads.hint_due)
 
 
 def fill(m: Machine, count: int, text: str = "e", thread: str = "t") -> list[dict]:

@@ -18,6 +18,8 @@ import pytest
 from faults.machines import Machine, Machines, between, in_order, write_to
 
 import cloudstore.conversations as conversations
+import cloudstore.heads as heads
+import cloudstore.packing as packing
 from cloudstore.validate import agent as parse_agent
 
 HINT = 16
@@ -26,6 +28,8 @@ HINT = 16
 @pytest.fixture(autouse=True)
 def small_hint(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(conversations, "PREFETCH_HINT_EVERY", HINT)
+    monkeypatch.setattr(packing, "PACK_MIN", 8)  # blocks from 8 (32 in use), so that 40 events have a few
+    monkeypatch.setattr(heads, "HINT_GAP_SECONDS", 0.0)  # every hint due is written (heads.hint_due)
 
 
 def lease_key(m: Machine) -> str:
