@@ -18,6 +18,10 @@ the reply (``judge``) and then what reading back shows, with no fault set:
 * ``own_write_replaced``: a write lands, its reply is lost, and its retry
   is held while another process writes over it: the retry must still
   know the write was its own.
+* ``racers_linearizable``: three processes racing ``last`` and ``append``
+  under lost replies, a 5xx or a reset, every op recorded with its start
+  and end: one order of them all must explain every reply (the
+  simulation's linearizability search, ``linear``).
 * ``store_time``: every reply's ``Date`` a day ahead (the store's clock is
   not the machine's), and one reply an hour off: leases are written and
   judged in the store's time, and one wrong reply lapses nothing.
@@ -29,17 +33,19 @@ failure prints the seed, the fault schedule and the history that broke.
 from __future__ import annotations
 
 import base64
+import itertools
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from ..client import DriverError
 from .expect import Json, is_error
 from .faults import Fault, World
 from .harness import CheckSet, Ctx
-from .judge import DONE, NOT_DONE, UNKNOWN, History, fail, judge_own
+from .judge import DONE, NOT_DONE, UNKNOWN, History, compact, fail, judge_own
+from .linear import linearizable
 from .program import Driver
 from .transport import ServeTransport
 
@@ -69,6 +75,7 @@ class Proc:
         request = {"op": op, "agent": agent, **fields}
         world = self.ctx.world
         assert world is not None
+        before = {id(f) for f in world.proxy.faults if f.fired is not None}
         try:
             reply = self.transport.request(request)
         except DriverError as exc:
@@ -76,8 +83,9 @@ class Proc:
             fail(self.ctx.history, f"{op} under faults: the driver did not answer one reply line",
                  "<one JSON reply line>", str(exc)[:300])
             raise
-        armed = "; ".join(f.describe() for f in world.proxy.faults if f.fired is not None)
-        self.ctx.history.record(self.who, request, reply, armed)
+        # The faults that fired while it was out (with racers: in any racer's request meanwhile).
+        fired = "; ".join(f.describe() for f in world.proxy.faults if f.fired is not None and id(f) not in before)
+        self.ctx.history.record(self.who, request, reply, fired)
         return reply
 
     def warm(self, agent: dict[str, Json]) -> None:
@@ -626,3 +634,116 @@ def store_time(ctx: Ctx) -> None:
     finally:
         world.unshift()
         b.close()
+
+
+# -- racers under faults, their history checked as a whole
+
+
+@dataclass
+class RacedOp:
+    """One request of a racer: its reply and the logical steps it began and ended at."""
+
+    who: str
+    request: dict[str, Json]
+    reply: dict[str, Json]
+    start: int
+    end: int
+
+    @property
+    def ok(self) -> bool:
+        return not is_error(self.reply)
+
+    def __str__(self) -> str:
+        shown = {k: v for k, v in self.request.items() if k not in ("agent", "thread")}
+        return f"[{self.start}-{self.end}] {self.who}: {compact(shown)} -> {compact(self.reply)}"
+
+
+def append_model(last: Hashable, op: RacedOp) -> list[Hashable]:
+    """The states a conversation's ``last`` may be in after ``op`` answered as it did (none: impossible)."""
+    assert isinstance(last, int)
+    name, reply = op.request["op"], op.reply
+    if name == "last":
+        return [last] if reply.get("last") == last else []
+    seq = op.request["event"]["seq"]
+    if not op.ok:  # outcome unknown: if it took effect, it was the append of the next number
+        return [seq] if seq == last + 1 else []
+    if reply == {"reply": "done"}:
+        return [seq] if seq == last + 1 else []
+    if reply.get("reply") == "taken":
+        return [last] if seq != last + 1 and reply.get("last") == last else []
+    return []
+
+
+@checks.check
+def racers_linearizable(ctx: Ctx) -> None:
+    """Three processes racing `last` then `append` of the next number on one conversation, under seeded lost
+    replies, 5xx and resets: one order of every op (each between its start and its end) explains every reply."""
+    fctx, world = world_of(ctx)
+    rounds = 4 if world.quick else 10
+    racers = [Proc(fctx, f"R{i}") for i in range(3)]
+    agent, thread = fctx.agent(), f"fz-{token()}"
+    steps = itertools.count()
+    lock = threading.Lock()
+    ops: list[RacedOp] = []
+
+    def step() -> int:
+        with lock:
+            return next(steps)
+
+    def one(p: Proc, op: str, **fields: Json) -> dict[str, Json]:
+        start = step()
+        reply = p.ask(agent, op, thread=thread, **fields)
+        with lock:
+            ops.append(RacedOp(p.who, {"op": op, "agent": agent, "thread": thread, **fields}, reply, start,
+                               next(steps)))
+        return reply
+
+    def race(p: Proc) -> None:
+        for _ in range(rounds):
+            last = one(p, "last").get("last")
+            if isinstance(last, int):
+                one(p, "append", event={"seq": last + 1, "by": p.who})
+
+    r = world.rng
+    first = r.randint(1, 3)  # a lost reply every third write from a seeded one on (some writes are not appends)
+    faults = [*(Fault("lose_reply", "write", k) for k in range(first, 3 * rounds, 3)),
+              Fault(r.choice(("fail", "reset")), "any", r.randint(1, 12), status=r.choice((500, 503)))]
+    try:
+        for p in racers:
+            p.warm(agent)
+        fctx.history.scenario(f"3 racers, {rounds} rounds of last + append each")
+        armed(fctx, *faults)
+        errors: list[BaseException] = []
+
+        def run(p: Proc) -> None:
+            try:
+                race(p)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the check's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(p,), daemon=True) for p in racers]
+        for thread_ in threads:
+            thread_.start()
+        for thread_ in threads:
+            thread_.join(120)
+        disarm(fctx, faults)
+        if errors:
+            raise errors[0]
+        events = _read_events(racers[0], agent, thread)
+        if events is not None:
+            seqs = [e.get("seq") for e in events if isinstance(e, dict)]
+            if seqs != list(range(1, len(seqs) + 1)):
+                fail(fctx.history, "the raced conversation's events once each, one after another", "1..N", seqs)
+        # Errors that say nothing changed are left out: if one changed something, no order explains the rest.
+        judged = [o for o in sorted(ops, key=lambda o: o.start) if o.ok or "outcome unknown" in str(o.reply)]
+        verdict = linearizable(judged, 0, append_model)
+        if not verdict.ok:
+            fctx.history.lines.append("          longest order found: " + " ; ".join(map(str, verdict.placed)))
+            fctx.history.lines.append(f"          then, at last = {verdict.state}, none of: "
+                                      + " ; ".join(map(str, verdict.stuck)))
+            fail(fctx.history, "one order of the racers' ops explaining every reply (linearizability)",
+                 "<an order the model of append and last accepts>", f"none: stuck at last = {verdict.state}")
+    finally:
+        world.proxy.disarm()
+        for p in racers:
+            p.close()

@@ -86,3 +86,29 @@ def test_faults_needs_an_http_endpoint(tmp_path: Path, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as exited:
         main(["--seed", "3", "lnk-bucket-store"])
     assert exited.value.code == 2
+
+
+def test_the_racers_model_refuses_an_impossible_history() -> None:
+    """A retry told `taken` about its own append: each reply plausible, no order explains them all."""
+    from cloudstore.conformance.fault_checks import RacedOp, append_model
+    from cloudstore.conformance.linear import linearizable
+
+    def op(who: str, name: str, reply: dict, start: int, end: int, seq: int | None = None) -> RacedOp:
+        request = {"op": name, "agent": {}, "thread": "t", **({"event": {"seq": seq}} if seq else {})}
+        return RacedOp(who, request, reply, start, end)
+
+    fine = [op("A", "last", {"reply": "last", "last": 0}, 0, 1),
+            op("A", "append", {"reply": "done"}, 2, 5, 1),
+            op("B", "append", {"reply": "taken", "last": 1}, 3, 6, 1),
+            op("B", "last", {"reply": "last", "last": 1}, 7, 8)]
+    assert linearizable(fine, 0, append_model).ok
+    own_taken = [op("A", "append", {"reply": "taken", "last": 1}, 0, 3, 1),
+                 op("B", "last", {"reply": "last", "last": 1}, 4, 5)]
+    assert not linearizable(own_taken, 0, append_model).ok
+
+
+def test_sdk_retries_fail_the_racers_history_check(moto_server) -> None:
+    check = "faults.racers_linearizable"
+    report = run(ZOO_PROGRAM, env={**moto_env(moto_server), "ZOO_BREAK": "sdk_retries"}, faults=True, quick=True,
+                 seed=SEED, checks=[check])
+    assert report.failed_names() == {check}, report.failures()
