@@ -18,8 +18,9 @@ due) median and worst, jobs still not fired, and the 429s / 503s the proxy
 answered, by kind of object (mark shards, the old one mark, job records,
 claim leases, due entries) and the worst objects.
 
-``PYTHONPATH`` chooses the code measured (run it from outside the tree, so
-that ``python -m`` in the runners finds that code too).  Figures, not
+``--code PATH`` chooses the code the runners and drivers run (an older tree,
+to compare: run this from outside any tree then, so that ``python -m`` in the
+runners finds that one); this process keeps the proxy of its own tree.  Figures, not
 assertions; the goals are printed beside them.
 """
 
@@ -183,12 +184,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rates", default="1,10", help="jobs put a second, comma-separated")
     parser.add_argument("--runners", default="1,3", help="runner counts, comma-separated")
     parser.add_argument("--backends", default="gcs", help="gcs, moto or both, comma-separated")
+    parser.add_argument("--code", default=None, help="a tree whose runners and drivers are measured")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    progress(f"cloudstore from {os.path.dirname(cloudstore.__file__)}")
+    if args.code:
+        os.environ["PYTHONPATH"] = args.code  # the runners' and drivers' processes (and theirs) run that tree
+    progress(f"cloudstore from {args.code or os.path.dirname(cloudstore.__file__)}")
     for backend in (b.strip() for b in args.backends.split(",")):
         em = start_fake_gcs() if backend == "gcs" else start_moto()
         try:
