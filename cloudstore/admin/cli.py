@@ -3,6 +3,7 @@
     lnk-store-admin inspect URL [--json] [--lapse-ms N]
     lnk-store-admin gc URL [--apply] [--min-age SECONDS] [--json]
     lnk-store-admin migrate SRC DST [--force] [--workers N] [--json]
+    lnk-store-admin migrate --in-place URL [--workers N] [--json]
 
 URL is ``file:///ABSOLUTE/FOLDER``, ``s3://BUCKET[/PREFIX]`` or
 ``gs://BUCKET[/PREFIX]``; endpoints and credentials come from the same
@@ -57,7 +58,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true")
     m = sub.add_parser("migrate", help="copy a whole store to another, resumably, and verify it")
     m.add_argument("src")
-    m.add_argument("dst")
+    m.add_argument("dst", nargs="?", help="the destination (not with --in-place)")
+    m.add_argument("--in-place", action="store_true",
+                   help="move SRC's file keys of the layout before 0.5 to this layout's (relayout.py)")
     m.add_argument("--force", action="store_true", help="copy into a non-empty destination")
     m.add_argument("--workers", type=int, default=16, help="parallel requests (default 16)")
     m.add_argument("--json", action="store_true")
@@ -123,6 +126,15 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     from . import migrate
 
+    if args.in_place or args.dst is None:
+        if not args.in_place or args.dst is not None:
+            _say(args, "migrate takes SRC DST, or --in-place URL")
+            return 2
+        from . import relayout
+
+        moved = relayout.relayout(args.src, workers=max(1, args.workers))
+        print(json.dumps(moved.as_dict(), indent=2) if args.json else relayout.text(moved))
+        return 0 if moved.ok else 1
     try:
         summary = migrate.migrate(args.src, args.dst, force=args.force, workers=max(1, args.workers))
     except migrate.Refused as exc:
