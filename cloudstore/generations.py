@@ -399,6 +399,14 @@ def op_deadline(seconds: float) -> Iterator[None]:
         _op_deadline.reset(token)
 
 
+class _NotWaited(Exception):
+    """A throttle carried past the retry loop, for a caller that moves on instead of waiting."""
+
+    def __init__(self, throttle: Throttled) -> None:
+        super().__init__(str(throttle))
+        self.throttle = throttle
+
+
 class RetryingStore:
     """The store the drivers use: framing, retries and own-write detection.
 
@@ -558,7 +566,7 @@ class RetryingStore:
         version = self._retry(attempt, True, "put")
         return Object(payload, version, nonce, history)
 
-    def put_fresh(self, key: str, make: Callable[[], bytes]) -> Object:
+    def put_fresh(self, key: str, make: Callable[[], bytes], wait_throttles: bool = True) -> Object:
         """Overwrite ``key`` with a payload ``make()`` makes anew for EVERY attempt.
 
         For a value whose only promise is that it changes and never comes back
@@ -567,15 +575,27 @@ class RetryingStore:
         first attempt, held in the network, landing after a newer value, with
         the very bytes a watcher already saw.  With fresh bytes an attempt
         that lands late shows a value nobody has seen: a change, as promised.
+
+        Without ``wait_throttles`` a try refused for its rate is raised at
+        once (``Throttled``), not waited out: a writer with other objects that
+        serve as well (the mark's shards) moves on to one of them.
         """
         made: list[tuple[bytes, str]] = []
 
         def attempt() -> str | None:
             payload, nonce = make(), new_nonce()
             made.append((payload, nonce))
-            return self._request(lambda: self.backend.put(key, frame(nonce, payload), Overwrite()), is_write=True)
+            try:
+                return self._request(lambda: self.backend.put(key, frame(nonce, payload), Overwrite()), is_write=True)
+            except Throttled as exc:
+                if wait_throttles:
+                    raise
+                raise _NotWaited(exc) from exc
 
-        version = self._retry(attempt, True, "put")
+        try:
+            version = self._retry(attempt, True, "put")
+        except _NotWaited as refused:
+            raise refused.throttle from None
         payload, nonce = made[-1]
         return Object(payload, version, nonce, Overwrite().lineage)
 

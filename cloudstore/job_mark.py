@@ -95,8 +95,11 @@ def is_mark_key(keys: AgentKeys, key: str) -> bool:
 
 
 def value(keys: AgentKeys, listed: list[Listed]) -> int:
-    """The mark a listing of ``keys.mark_shards()`` says: a hash of what is there, 0 when nothing is."""
-    named = sorted((item.key, item.version or f"{item.modified!r}:{item.size}")
+    """The mark a listing of ``keys.mark_shards()`` says: a hash of what is there, 0 when nothing is.
+
+    Keys are hashed below the agent's base, so the number does not depend on the store's prefix
+    (a seed's history replays the same under any prefix)."""
+    named = sorted((item.key[len(keys.base):], item.version or f"{item.modified!r}:{item.size}")
                    for item in listed if is_mark_key(keys, item.key))
     if not named:
         return 0

@@ -8,8 +8,9 @@ whatever crashes (there is no second step to crash between).  A change
 rewrites only that ID's record, never the agent's other jobs.
 
 The waiting place is mirrored in the shared due index (``due_index``) and in
-the agent's mark: every change that touches waiting writes a new random mark
-(53 bits: a watcher's old value never comes back in practice).
+the agent's mark: every change that touches waiting writes one of the mark's
+shards anew, which moves the number ``job_mark`` derives from their listing
+(job_mark.py: no object of it a write hot spot; it never comes back).
 
 Order, so that a crash between any two requests leaves nothing a watcher
 misses: a job put into waiting gets its index entry first, then a new mark,
@@ -36,12 +37,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from . import stored, wake
+from . import job_mark, stored, wake
+from .claim_index import ClaimEntry, ClaimIndex
 from .due_index import DueEntry, DueIndex
-from .generations import Listed, NotFound, Object, PreconditionFailed, StoreError, entropy
+from .generations import Listed, NotFound, Object, PreconditionFailed, StoreError
 from .keys import AgentKeys, is_due_entry_of
 from .space import KEEP, Space
-from .validate import PLACES, Agent, compact
+from .validate import PLACES, Agent
 
 WAITING = "waiting"
 FIRING = "firing"
@@ -131,6 +133,12 @@ def waiting_of(record: dict[str, Any] | None) -> dict[str, Any] | None:
     return waiting
 
 
+def firing_of(record: dict[str, Any] | None) -> bool:
+    """Whether a job record (read for the claim index, any agent's) holds a job in firing."""
+    places = record.get("places") if isinstance(record, dict) else None
+    return isinstance(places, dict) and isinstance(places.get(FIRING), dict)
+
+
 @dataclass(frozen=True)
 class Claimed:
     """What a runner's ``job_claim`` did: the lease's answer, and the job it is to fire (if any).
@@ -175,25 +183,23 @@ class Jobs:
     def __init__(self, space: Space) -> None:
         self.space = space
         self.index = DueIndex(_IndexSpace(**{f.name: getattr(space, f.name) for f in fields(space)}))
+        self.claimed = ClaimIndex(self.index.space)  # jobs in firing, for recovery (claim_index.py)
         # Called after a job enters waiting, with a name for it: this machine's sleeping runners claim
         # it at once (wake.py).  Not when one leaves it: nothing becomes due by that, and claims would
         # wake every runner.
         self.nudge: Callable[[bytes], Any] = lambda name: wake.notify(name=name)
+        self.shards = job_mark.ShardPicker()
 
     def _bump_mark(self, agent: Agent) -> None:
-        """A new random mark: one blind write, with a new value for every attempt (``put_fresh``).
+        """The mark moves: one blind write of one of its shards, fresh bytes every attempt (job_mark.py).
 
         Not a compare-and-set: every runner claiming this agent's jobs bumps
         it, and a conditional write would make it a hot object whose lost
         rounds cost reads and retries.  Nothing needs the old value; what is
-        promised is that the mark changes and never comes back, and fresh
-        random bytes each attempt keep that even for an attempt landing late.
+        promised is that the mark changes and never comes back.  Sharded, so
+        that no object of it is written more often than a cloud allows.
         """
-        def fresh() -> bytes:
-            mark = int.from_bytes(entropy(7), "big") % (2**53 - 1) + 1
-            return compact({"mark": mark}).encode("ascii")
-
-        self.space.store.put_fresh(self.space.keys(agent).mark(), fresh)
+        job_mark.bump(self.space.store, self.space.keys(agent), self.shards)
 
     def _sweep(self, listed: list[Listed], emptied: list[int | None]) -> None:
         """Delete the records a listing found empty for over TOMBSTONE_MS, each only at the version listed."""
@@ -225,6 +231,8 @@ class Jobs:
         if place == WAITING:  # the entry, then the mark, then the record: see the module docstring
             entry = self.index.add(keys, job["id"], job["due"])
             self._bump_mark(agent)
+        elif place == FIRING:  # the claim-index entry before the record (claim_index.py)
+            self.claimed.add(keys, job["id"])
 
         key = keys.job(job["id"])
 
@@ -285,6 +293,8 @@ class Jobs:
             return False
         if place == WAITING:
             self._drop(keys, job_id, old)
+        elif place == FIRING:  # out of firing: its claim-index entry goes after the record
+            self.claimed.drop(keys, job_id)
         return True
 
     def shift(self, agent: Agent, job_id: str, source: str, target: str) -> bool:
@@ -313,6 +323,8 @@ class Jobs:
             record = self._read(keys, key, remember=True)
             if source not in _places(record):
                 return None
+        if target == FIRING:  # the claim-index entry before the record (claim_index.py)
+            self.claimed.add(keys, job_id)
         if WAITING in (source, target):
             self._bump_mark(agent)
 
@@ -340,6 +352,8 @@ class Jobs:
         moved, replaced = outcome
         if source == WAITING:
             self._drop(keys, job_id, moved)
+        if source == FIRING:  # out of firing: its claim-index entry goes after the record
+            self.claimed.drop(keys, job_id)
         if target == WAITING and replaced is not None:
             self._drop(keys, job_id, replaced)
         job: dict[str, Any] = moved["job"]
@@ -349,17 +363,19 @@ class Jobs:
 
     def claim(self, agent: Agent, job_id: str, take: Callable[[], tuple[str, str | None]],
               release: Callable[[], None], not_after: float) -> Claimed:
-        """The runner's claim in two round trips: its lease, then the job from waiting to firing.
+        """The runner's claim: its lease with the record read, then the mark, then the record.
 
         First, at once: the claim lease is taken (``take``: one request for a
-        fresh job id), the record read, and a new mark written.  Then, only
-        with the lease ours, the record is written with the job moved to
-        firing.  So a job in firing always has its runner's lease (the lease
-        came first), and the mark has moved before waiting changes (the
-        module's crash order).  The mark moves even when the claim then finds
-        nothing to move (a lost race, a job gone): the contract allows a mark
-        that moves when waiting did not, and claiming in two rounds instead
-        of five in a row is what lets a job put due now fire within 100 ms.
+        fresh job id) and the record read.  Only with the lease ours and the
+        job read in waiting, due by ``not_after``, does the claim write: a new
+        mark, then the record with the job moved to firing.  So a job in
+        firing always has its runner's lease (the lease came first), the mark
+        has moved before waiting changes (the module's crash order), and a
+        claim that loses (the lease held by another runner, the job gone or
+        replaced with a later due) writes nothing that it leaves useless: no
+        mark, no record.  (The mark was once written beside the take, in the
+        first round; at three runners per agent most claims lost, and each
+        loser's mark write was a write of a hot object for nothing.)
 
         A job due after ``not_after`` (replaced with a later due since it was
         listed) is not moved.  With nothing to fire, the lease just taken is
@@ -369,8 +385,7 @@ class Jobs:
         """
         keys = self.space.keys(agent)
         key = keys.job(job_id)
-        lease, record, _ = self.space.at_once(
-            take, lambda: self._read(keys, key, remember=True), lambda: self._bump_mark(agent))
+        lease, record = self.space.at_once(take, lambda: self._read(keys, key, remember=True))
         took, holder = lease
         if took == "held":
             return Claimed(took, holder, None)
@@ -378,18 +393,32 @@ class Jobs:
         if took == "lapsed" and FIRING in places:  # its last runner died firing it: that one comes first
             return Claimed(took, None, places[FIRING]["job"], recovered=True)
 
+        def due_now(held: dict[str, Any] | None) -> bool:
+            return held is not None and float(held["job"]["due"]) <= not_after
+
+        if not due_now(places.get(WAITING)):  # gone, or not due: nothing written but the lease, let go
+            self.space.defer(release)
+            return Claimed(took, None, None)
+        self._bump_mark(agent)
+
         def change(record: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
             places = _places(checked(keys, key, record))
             moved = places.get(WAITING)
-            if moved is None or float(moved["job"]["due"]) > not_after:
+            if moved is None or not due_now(moved):
                 return KEEP, None
             del places[WAITING]
             places[FIRING] = {"job": moved["job"]}
             return {"places": places}, moved
 
+        ready = places.get(WAITING)
+        entered = ready is not None and float(ready["job"]["due"]) <= not_after
+        if entered:  # the claim-index entry before the record (claim_index.py); none for a lost claim
+            self.claimed.add(keys, job_id)
         moved = self._update(key, change)
         if moved is None:
             self.space.defer(release)
+            if entered and FIRING not in places:  # our own entry, for nothing
+                self.space.defer(lambda: self.claimed.drop(keys, job_id))
             return Claimed(took, None, None)
         self.space.defer(lambda: self._drop(keys, job_id, moved))
         return Claimed(took, None, moved["job"])
@@ -434,12 +463,13 @@ class Jobs:
         """Every agent's waiting jobs as the due index names them, soonest first (``job_due``)."""
         return self.index.entries(waiting_of, limit, after)
 
+    def claims(self, limit: int, after: str | None = None) -> tuple[list[ClaimEntry], bool]:
+        """Every agent's jobs in firing as the claim index names them (``job_claims``)."""
+        return self.claimed.entries(firing_of, limit, after)
+
     def mark(self, agent: Agent) -> int:
-        value = self._small(self.space.keys(agent).mark(), "job mark")
-        if value is None:
-            return 0
-        stored.expect(set(value) == {"mark"}, "job mark", "it is not {mark}")
-        return stored.count(value["mark"], "job mark", "the mark")
+        """One listing of the mark's shards, hashed (job_mark.py): no object is read, none can be malformed."""
+        return job_mark.read(self.space.store, self.space.keys(agent))
 
     def day(self, agent: Agent) -> tuple[int, int]:
         value = self._small(self.space.keys(agent).day(), "job day")
@@ -451,7 +481,7 @@ class Jobs:
                 stored.count(value["sent"], "job day", "sent", maximum=unbounded))
 
     def _small(self, key: str, kind: str) -> dict[str, Any] | None:
-        """The mark or the day record: a JSON object, remembered for the next write."""
+        """The day record: a JSON object, remembered for the next write."""
         with stored.parsing(kind):
             _, value = self.space.get_json(key, remember=True)
         return None if value is None else stored.obj(value, kind)

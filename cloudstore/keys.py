@@ -46,12 +46,13 @@ Layout below the store's prefix::
     a/<owner>/<id>/l/<thread>                      the head: epoch and lease (heads.py)
     a/<owner>/<id>/t/<thread>                      the tools narrowing
     a/<owner>/<id>/j/<job id>                      a job id's entries in every place
-    a/<owner>/<id>/mark, a/<owner>/<id>/day        job_mark, job_day
+    a/<owner>/<id>/m/<k>, a/<owner>/<id>/day       job_mark's shards (and the older one mark), job_day
     a/<owner>/<id>/f/<path>%                       a file (and its tombstone: no other object per path)
     a/<owner>/<id>/f/~/<sha-256 of the path>       a file whose path's encoding is long
     a/<owner>/<id>/ledger                          the file objects there were before sizes said states (files.py)
     a/<owner>/<id>/n/<hashed part>                 the name behind a hashed part
     _due/<sortable due>/<owner>/<id>/<job>/<nonce> the shared job_next index (due_index.py)
+    _claim/<owner>/<id>/<job>                      the shared index of jobs in firing (claim_index.py)
 
 ``~n`` is a number inverted (``10**digits - 1 - n``, zero-padded), so a
 listing, which runs in ascending byte order, meets the newest epoch first and
@@ -247,7 +248,16 @@ class AgentKeys:
         return self.jobs() + name_part(job_id)
 
     def mark(self) -> str:
+        """The mark one object held before it was sharded (still read: an old driver writes it)."""
         return self.base + "mark"
+
+    def mark_shards(self) -> str:
+        """The prefix ``job_mark`` lists: the shards and the old ``mark`` beside them (``m`` is no object)."""
+        return self.base + "m"
+
+    def mark_shard(self, shard: int) -> str:
+        """One of the mark's shards, each change of waiting writes one (jobs.py)."""
+        return f"{self.base}m/{shard}"
 
     def day(self) -> str:
         return self.base + "day"
@@ -364,6 +374,33 @@ def is_due_entry_of_part(root: str, token: str, job_part: str, entry: object) ->
 
 _HEX = frozenset("0123456789abcdef")
 _JOBS = "j/"
+
+
+def claim_root(root: str) -> str:
+    """The shared index of jobs in firing: one prefix for every agent in the store."""
+    return root + "_claim/"
+
+
+def claim_entry(root: str, agent: AgentKeys, job_id: str) -> str:
+    """The claim-index entry of one agent's one job (claim_index.py): the job's own key, no nonce."""
+    return f"{claim_root(root)}{agent.due_token()}/{name_part(job_id)}"
+
+
+def claim_record(root: str, token: str, job_part: str) -> str:
+    """The job record a claim entry (its agent's ``due_token`` and job part) belongs to."""
+    return _agent_base(root, token) + _JOBS + job_part
+
+
+def is_name_part(part: str) -> bool:
+    """Whether ``part`` is one ``name_part`` makes: inline and canonical, or ``~`` and a SHA-256."""
+    if part.startswith("~"):
+        return len(part) == 65 and all(c in _HEX for c in part[1:])
+    if not part.startswith("_") or len(part) > INLINE_MAX:
+        return False
+    try:
+        return name_part(decode_part(part)) == part
+    except UnicodeDecodeError:
+        return False
 
 
 def _agent_base(root: str, token: str) -> str:

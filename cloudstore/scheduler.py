@@ -246,13 +246,22 @@ def fire_command(settings: Settings) -> FireCommand:
 
 
 def startup_check(settings: Settings, runner: Runner) -> list[str]:
-    """Ask each agent's store once; the lines naming each permanent misconfiguration (none: start).
+    """Ask each bridge once, and the runner's own driver once for all the agents it serves; the lines
+    naming each permanent misconfiguration (none: start).
 
     A store that is only unreachable is logged (``store_unreachable``) and
     left to the runner, which retries it with backoff.
     """
     lines = []
+    asked_driver = False
     for cfg, store in zip(settings.agents, runner.stores, strict=True):
+        if store.own_driver:
+            # Every agent reached through our own driver shares its one process, settings and store:
+            # what is wrong for one is wrong for all, so one request asks for them all (start-up
+            # costs no request per agent, however many the runner serves).
+            if asked_driver:
+                continue
+            asked_driver = True
         found = startup_problem(store, cfg.bridge)
         if found is None:
             continue

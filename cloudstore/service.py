@@ -32,7 +32,7 @@ from .tools import Tools
 Reply = dict[str, Any]
 
 #: Not in the wire protocol: answered only by a driver started with LNK_SCHEDULER_OPS=1 (the runner's own).
-SCHEDULER_OPS = ("job_due", "job_claim", "lease_take")
+SCHEDULER_OPS = ("job_due", "job_claim", "job_claims", "lease_take")
 DUE_LIMIT, DUE_LIMIT_MAX = 100, 1000  # job_due entries per reply: default, and one listing page at most
 UNKNOWN_WORDS = "outcome unknown: the change may or may not have been made"
 UNCHANGED_WORDS = "nothing was changed"
@@ -63,6 +63,15 @@ def _described(exc: BaseException, backend: str) -> str:
         where = "in the store's folder (LNK_BUCKET_URL)" if backend == "file" else f"on the {backend} store"
         return f"{type(exc).__name__}: {exc.strerror or 'failed'} {where}"
     return f"{type(exc).__name__}: {_HOST_PATH.sub('<a host path>', str(exc))}"
+
+
+def _after(req: dict) -> str | None:
+    """The ``after`` of a paged index listing (``job_due``, ``job_claims``): null or a key."""
+    after = req.get("after")
+    if after is not None and not (isinstance(after, str) and len(after) <= 1024
+                                  and after.isascii() and after.isprintable()):
+        raise v.RequestError("'after' must be null or a key (printable ASCII, at most 1,024 characters)")
+    return after
 
 
 class Service:
@@ -222,12 +231,18 @@ class Service:
         another agent's job ids.
         """
         limit = v.integer(req, "limit", minimum=1, maximum=DUE_LIMIT_MAX, default=DUE_LIMIT)
-        after = req.get("after")
-        if after is not None and not (isinstance(after, str) and len(after) <= 1024
-                                      and after.isascii() and after.isprintable()):
-            raise v.RequestError("'after' must be null or a key (printable ASCII, at most 1,024 characters)")
+        after = _after(req)
         entries, more = self.jobs.due(limit, after)
         return {"reply": "due", "due": [entry.wire() for entry in entries], "more": more}
+
+    def op_job_claims(self, req: dict, agent: v.Agent) -> Reply:
+        """Not in the wire protocol: the scheduler's view of the claim index (every agent's jobs in
+        firing by name, with how long ago each entered firing: ``age_ms``), paged as ``job_due``.
+        Answered only by the runner's own driver, for the same reason (claim_index.py)."""
+        limit = v.integer(req, "limit", minimum=1, maximum=DUE_LIMIT_MAX, default=DUE_LIMIT)
+        after = _after(req)
+        entries, more = self.jobs.claims(limit, after)
+        return {"reply": "claims", "claims": [entry.wire() for entry in entries], "more": more}
 
     def op_job_claim(self, req: dict, agent: v.Agent) -> Reply:
         """Not in the wire protocol: ``job_shift`` waiting -> firing answering the job it moved

@@ -32,7 +32,8 @@ R = TypeVar("R")
 ADMIN_PREFIX = "_admin/"
 
 #: Every kind of key, in the order tables show them.
-KINDS = ("event", "segment", "head", "tools", "job", "mark", "day", "file", "name", "due", "admin", "other")
+KINDS = ("event", "segment", "head", "tools", "job", "mark", "day", "file", "name", "due", "claim", "admin",
+         "other")
 
 #: Threads for parallel requests: enough to hide a bucket's round trip, few enough for a shared machine.
 WORKERS = 16
@@ -69,6 +70,8 @@ def classify(rel: str) -> tuple[str, tuple[str, str] | None]:
         return "admin", None
     if rel.startswith("_due/"):
         return "due", None
+    if rel.startswith("_claim/"):  # the claim index (claim_index.py)
+        return "claim", None
     parts = rel.split("/")
     if parts[0] != "a" or len(parts) < 4:
         return "other", None
@@ -76,6 +79,8 @@ def classify(rel: str) -> tuple[str, tuple[str, str] | None]:
     sub = parts[3]
     if len(parts) == 4:
         return ({"mark": "mark", "day": "day"}.get(sub, "other")), agent
+    if sub == "m":  # the mark's shards (jobs.py, job_mark.py): m/<k>
+        return ("mark" if len(parts) == 5 and parts[4].isdigit() else "other"), agent
     if sub == "c":
         found = conversation_key("/".join(parts[5:])) if len(parts) > 5 else None
         return (found.kind if found is not None else "other"), agent
