@@ -29,19 +29,17 @@ reader, shown by ``inspect``, reclaimed by ``gc``; never an error.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .confirmed import Confirmed
 from .generations import NotFound, Overwrite, PreconditionFailed, StoreError
 from .keys import AgentKeys, claim_entry, claim_record, claim_root, decode_part, is_hashed, is_name_part
 from .space import Space
 
 GRACE = 60.0  # seconds: an entry this old whose record holds no firing job is a crash's leftover
 VERIFY_MAX = 8  # record reads at most per ``entries`` call
-CONFIRMED_FOR = 30.0  # an entry found live is not read again for this long (monotonic seconds)
-CONFIRMED_MAX = 4096
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,7 @@ class ClaimIndex:
     def __init__(self, space: Space) -> None:
         self.space = space
         self.root = claim_root(space.root)
-        self._confirmed: dict[str, float] = {}
+        self._confirmed = Confirmed()
 
     def add(self, keys: AgentKeys, job_id: str) -> None:
         """Write the entry of a job about to enter firing (a blind write: the same key again is fine)."""
@@ -119,13 +117,13 @@ class ClaimIndex:
             if parsed is None:
                 continue
             token, job_part, name = parsed
-            if reads < VERIFY_MAX and oldest - item.modified >= GRACE and not self._still_confirmed(item.key):
+            if reads < VERIFY_MAX and oldest - item.modified >= GRACE and not self._confirmed.fresh(item.key):
                 reads += 1
                 _, record = self.space.get_json(claim_record(self.space.root, token, job_part))
                 if not firing_of(record):
                     self._drop_listed(item.key, item.version)
                     continue
-                self._confirm(item.key)
+                self._confirmed.add(item.key)
             found.append(ClaimEntry(key=rest, agent=token, job=name, age=max(0.0, now - item.modified)))
         return found, len(listed) >= limit
 
@@ -137,11 +135,3 @@ class ClaimIndex:
         except (PreconditionFailed, NotFound, StoreError):
             pass  # rewritten, gone, or the store failing: the next listing judges it again
 
-    def _still_confirmed(self, key: str) -> bool:
-        at = self._confirmed.get(key)
-        return at is not None and time.monotonic() - at < CONFIRMED_FOR
-
-    def _confirm(self, key: str) -> None:
-        if len(self._confirmed) >= CONFIRMED_MAX:
-            self._confirmed.clear()
-        self._confirmed[key] = time.monotonic()

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import re
 import struct
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .confirmed import Confirmed
 from .generations import NotFound, Overwrite, new_nonce
 from .keys import AgentKeys, decode_part, due_entry, due_record, due_root, is_hashed
 from .space import Space
@@ -49,8 +49,6 @@ from .validate import WAITING_DUE_RULE, RequestError, due_in_range
 GRACE = 60.0
 LOOK = 16  # entries listed per round
 ROUNDS = 8  # rounds of stale entries deleted before answering
-CONFIRMED_FOR = 30.0  # an old due entry found live is not read again for this long (monotonic seconds)
-CONFIRMED_MAX = 4096  # entries remembered as confirmed, at most
 VERIFY_MAX = 8  # record reads at most per ``entries`` call: a backlog of old entries costs no read storm
 SKIP_LOOK = 1000  # entries listed per round once a round found only foreign garbage to skip
 _SORTABLE = re.compile(r"[0-9a-f]{16}")
@@ -100,7 +98,7 @@ class DueIndex:
     def __init__(self, space: Space) -> None:
         self.space = space
         self.root = due_root(space.root)
-        self._confirmed: dict[str, float] = {}
+        self._confirmed = Confirmed()
 
     def add(self, keys: AgentKeys, job_id: str, due: Any) -> str:
         """Write a fresh entry for a job about to be put in waiting; its key.
@@ -142,25 +140,17 @@ class DueIndex:
             if entry is None:
                 continue
             if (reads < VERIFY_MAX and entry.due <= now_store and now_store - item.modified >= GRACE
-                    and not self._still_confirmed(item.key)):
+                    and not self._confirmed.fresh(item.key)):
                 reads += 1
                 _, record = self.space.get_json(self._record_key(item.key))
                 waiting = waiting_of(record)
                 if waiting is None or waiting.get("entry") != item.key:
                     self.drop(item.key)
                     continue
-                self._confirm(item.key)
+                self._confirmed.add(item.key)
             found.append(entry)
         return found, len(listed) >= limit
 
-    def _still_confirmed(self, key: str) -> bool:
-        at = self._confirmed.get(key)
-        return at is not None and time.monotonic() - at < CONFIRMED_FOR
-
-    def _confirm(self, key: str) -> None:
-        if len(self._confirmed) >= CONFIRMED_MAX:
-            self._confirmed.clear()
-        self._confirmed[key] = time.monotonic()
 
     def _record_key(self, entry: str) -> str:
         return due_record(self.space.root, entry)
