@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudstore.client import ServeProcess
+from cloudstore.scheduling.log import read_events
 from cloudstore.scheduling.runner import WORKERS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -89,17 +90,6 @@ def start_runners(folder: Path, driver: str, env: dict[str, str], record: Path, 
     return runners
 
 
-def events(log: Path, name: str) -> list[dict[str, Any]]:
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == name:
-                out.append(event)
-    return out
 
 
 def wait_until(check: Any, timeout: float, what: str) -> None:
@@ -138,7 +128,7 @@ def run_one(name: str, jobs: int, spread: float, runners_n: int, workers: int) -
         stack.callback(store.close)
         runners = start_runners(folder, driver, env, record, runners_n, workers)
         try:
-            wait_until(lambda: all(events(log, "started") for _, log in runners), 60, "runners to start")
+            wait_until(lambda: all(read_events(log, "started") for _, log in runners), 60, "runners to start")
             put_jobs(store, jobs, spread)
             wait_until(lambda: record.exists() and len(record.read_text().splitlines()) >= jobs,
                        120 + spread, "every job to fire")
@@ -149,8 +139,8 @@ def run_one(name: str, jobs: int, spread: float, runners_n: int, workers: int) -
             for proc, _ in runners:
                 proc.wait(30)
         fired = [json.loads(line) for line in record.read_text().splitlines()]
-        logged = [e for _, log in runners for e in events(log, "fired")]
-        stopped = [e for _, log in runners for e in events(log, "stopped")]
+        logged = [e for _, log in runners for e in read_events(log, "fired")]
+        stopped = [e for _, log in runners for e in read_events(log, "stopped")]
         bucket = sum(int(m.group(1)) for _, log in runners
                      for m in BUCKET_LINE.finditer(log.read_text(errors="replace")))
         by_op: Counter[str] = Counter()

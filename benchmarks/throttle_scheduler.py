@@ -48,6 +48,7 @@ from faults.http_proxy import FaultProxy, RateLimit  # noqa: E402
 
 import cloudstore  # noqa: E402
 from cloudstore.client import ServeProcess  # noqa: E402
+from cloudstore.scheduling.log import read_events  # noqa: E402
 
 AGENT = {"owner": "o", "id": "bench"}
 
@@ -77,17 +78,6 @@ def start_runner(root: Path, n: int, driver: str, env: dict[str, str]) -> tuple[
     return proc, log
 
 
-def events(log: Path, name: str) -> list[dict[str, Any]]:
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict) and event.get("event") == name:
-                out.append(event)
-    return out
 
 
 def put_paced(putter: ServeProcess, rate: float, seconds: float, tag: str) -> list[dict[str, Any]]:
@@ -134,7 +124,7 @@ def one_run(em: Emulator, backend: str, rate: float, runners: int, args: argpars
         putter = ServeProcess(driver, env, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not all(events(log, "started") for _, log in procs):
+            while time.monotonic() < deadline and not all(read_events(log, "started") for _, log in procs):
                 time.sleep(0.2)
             limit = proxy.limit(RateLimit("gcs-object", rate=1.0, burst=2.0) if backend == "gcs"
                                 else RateLimit("s3-prefix", rate=3500.0, burst=3500.0))
@@ -145,7 +135,7 @@ def one_run(em: Emulator, backend: str, rate: float, runners: int, args: argpars
             deadline = time.monotonic() + args.seconds + 60
             fired: list[dict[str, Any]] = []
             while time.monotonic() < deadline:
-                fired = [e for _, log in procs for e in events(log, "fired")]
+                fired = [e for _, log in procs for e in read_events(log, "fired")]
                 if len({e["job"] for e in fired}) >= len(done):
                     break
                 time.sleep(0.5)

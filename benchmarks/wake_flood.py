@@ -47,6 +47,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cloudstore.scheduling.log import read_events
+
 AGENT = {"owner": "bench", "id": "wake-flood"}
 FIRE = (
     "import os,sys,time\n"
@@ -130,17 +132,6 @@ def wait_until(ready: Any, limit: float, what: str) -> None:
         time.sleep(0.05)
 
 
-def events(log: Path, name: str) -> list[dict[str, Any]]:
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == name:
-                out.append(event)
-    return out
 
 
 def fired(record: Path, job: str) -> float | None:
@@ -208,11 +199,11 @@ def main() -> int:
         with open(log, "wb") as err:
             proc = subprocess.Popen([sys.executable, "-m", "cloudstore.scheduler", "--config", str(config)],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=run_env)
-        wait_until(lambda: events(log, "started"), 60, "the runner to start")
-        started = events(log, "started")[0]
+        wait_until(lambda: read_events(log, "started"), 60, "the runner to start")
+        started = read_events(log, "started")[0]
         sockets = [s for s in wake.glob("*.sock") if not s.name.endswith(".own.sock")]  # the one anyone may write to
         if not started.get("nudges") or not sockets:
-            raise SystemExit(f"the runner listens for no nudge: {events(log, 'wake_refused')}")
+            raise SystemExit(f"the runner listens for no nudge: {read_events(log, 'wake_refused')}")
         target = str(sockets[0])
         time.sleep(2 * args.poll_interval)  # past start-up's first polls and recovery
         progress(f"code measured: {code}; idle for {args.seconds:g} s")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -154,3 +155,12 @@ def _new_bucket(em: Any, tag: str) -> str:
             f"{host}/storage/v1/b?project=test", data=f'{{"name": "{name}"}}'.encode(), method="POST",
             headers={"Content-Type": "application/json"}), timeout=30).read()
     return name
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without any store setting or credentials, plus ``extra``: a program started with it
+    knows only what the test gives it (no emulator of the session leaks in)."""
+    drop = ("LNK_BUCKET_URL", "LNK_GCS_URL", "AWS_", "GOOGLE_", "STORAGE_EMULATOR_HOST", "LNK_STORE_LOG")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env.update(extra)
+    return env

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from support import wait_for
+from support import clean_env, wait_for
 
 from cloudstore.bridge.client import BridgeClient
 from cloudstore.client import ServeProcess
@@ -29,11 +29,6 @@ from cloudstore.client import ServeProcess
 FIRE_RECORD = Path(__file__).parent / "scheduler" / "fire_record.py"
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    drop = ("LNK_BUCKET_URL", "LNK_GCS_URL", "AWS_", "GOOGLE_", "STORAGE_EMULATOR_HOST", "LNK_STORE_LOG")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(extra)
-    return env
 
 
 def assert_quiet(stderr: str) -> None:

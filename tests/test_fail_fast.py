@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 import subprocess
@@ -31,16 +30,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import clean_env
 
 REQUEST = json.dumps({"op": "last", "agent": {"id": "a", "owner": None}, "thread": "t"})
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without any store setting or credentials, plus ``extra``."""
-    drop = ("LNK_BUCKET_URL", "LNK_GCS_URL", "AWS_", "GOOGLE_", "STORAGE_EMULATOR_HOST", "LNK_STORE_LOG")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(extra)
-    return env
 
 
 def runner(args: list[str], env: dict[str, str], timeout: float = 90) -> subprocess.CompletedProcess:

@@ -13,7 +13,6 @@ refused; each exits 2 with a message naming the flags, before anything starts.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 import signal
@@ -25,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import wait_for
+from support import clean_env, wait_for
 
 from cloudstore.bridge.client import BridgeClient
 from cloudstore.bridge.proof import read_key_file
@@ -34,11 +33,6 @@ FIRE_RECORD = Path(__file__).parent / "scheduler" / "fire_record.py"
 AGENTS = [("o", "a"), ("o", "b")]
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    drop = ("LNK_BUCKET_URL", "LNK_GCS_URL", "AWS_", "GOOGLE_", "STORAGE_EMULATOR_HOST", "LNK_STORE_LOG")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(extra)
-    return env
 
 
 def key_file(path: Path) -> Path:

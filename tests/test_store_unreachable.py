@@ -14,7 +14,6 @@ A bridge started with no setting for its driver warns, naming the setting
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shutil
 import signal
@@ -28,20 +27,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import wait_for
+from support import clean_env, wait_for
 
 from cloudstore import metrics
 from cloudstore.bridge.client import BridgeClient
 from cloudstore.bridge.proof import read_key_file
+from cloudstore.scheduling.log import read_events
 
 FIRE_RECORD = Path(__file__).parent / "scheduler" / "fire_record.py"
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    drop = ("LNK_BUCKET_URL", "LNK_GCS_URL", "AWS_", "GOOGLE_", "STORAGE_EMULATOR_HOST", "LNK_STORE_LOG")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env.update(extra)
-    return env
 
 
 @pytest.fixture
@@ -51,17 +46,6 @@ def short_dir() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def events(log: Path, name: str) -> list[dict]:
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == name:
-                out.append(event)
-    return out
 
 
 def gauge(port: int) -> dict[tuple, float]:
@@ -95,14 +79,14 @@ def test_an_unreachable_bridge_is_retried_with_backoff_and_shown_in_a_gauge(shor
         runner = subprocess.Popen([sys.executable, "-m", "cloudstore.scheduler", "--config", str(config)],
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
     try:
-        wait_for(lambda: len(events(log, "store_error")) >= 3 or runner.poll() is not None, 60, "three retries")
+        wait_for(lambda: len(read_events(log, "store_error")) >= 3 or runner.poll() is not None, 60, "three retries")
         assert runner.poll() is None, log.read_text()[-3000:]
-        unreachable = events(log, "store_unreachable")
+        unreachable = read_events(log, "store_unreachable")
         assert unreachable and unreachable[0]["owner"] == "o" and "nothing was sent" in unreachable[0]["error"]
-        waits = [e["retry_in"] for e in events(log, "store_error")[:3]]
+        waits = [e["retry_in"] for e in read_events(log, "store_error")[:3]]
         assert waits[0] < waits[1] < waits[2], waits  # backoff: each wait longer than the one before
-        assert not any("outcome unknown" in e["error"] for e in events(log, "store_error"))
-        port = events(log, "metrics")[0]["port"]
+        assert not any("outcome unknown" in e["error"] for e in read_events(log, "store_error"))
+        port = read_events(log, "metrics")[0]["port"]
         assert gauge(port) == {(("agent", "b"), ("owner", "o")): 1.0}
 
         bridge = subprocess.Popen(

@@ -15,6 +15,7 @@ import json
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from ..metrics import counter
@@ -36,3 +37,19 @@ def log(event: str, **fields: Any) -> None:
             sys.stderr.flush()
         except (OSError, ValueError):
             pass  # stderr closed: nothing left to tell
+
+
+def read_events(path: Path, name: str) -> list[dict[str, Any]]:
+    """The events called ``name`` in a log file this module wrote (other lines, such as a driver's, skipped).
+
+    For the tests and benchmarks that run runners as processes and judge them by their log."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == name:
+                out.append(event)
+    return out
