@@ -99,10 +99,15 @@ def test_inspect_and_gc_know_the_claim_index(store_env: Any) -> None:
     plan, _, _ = gc.run(o, False, gc.Policy(min_age=0))
     assert [d for d in plan.doomed if d.kind.startswith("claim")] == []
     later = gc.Policy(min_age=0, now=lambda: o.store.clock.now() + 600)
-    plan, result, _ = gc.run(o, True, later)
+    plan, result, conditional = gc.run(o, True, later)
     assert sorted(d.kind for d in plan.doomed if d.kind.startswith("claim")) == ["claim-foreign", "claim-orphan"]
     left = sorted(k.rel for k in list_all(o) if k.kind == "claim")
-    assert left == ["_claim/-/_a/_live"], left
+    if conditional:
+        assert left == ["_claim/-/_a/_live"], left
+    else:  # fake-gcs-server ignores a delete's generation: gc keeps what only a conditional delete may remove
+        assert result is not None and result.kept_unsafe.get("claim-orphan") == 1
+        assert left == ["_claim/-/_a/_live", "_claim/-/_ghost/_nobody"], left
     with serving(own) as ops:
         a = Session(ops[0], {"id": "a", "owner": None})
-        assert [e["job"] for e in a("job_claims")["claims"]] == ["live"]
+        # A young leftover gc had to keep is still answered (a runner then finds its lease free and no job).
+        assert [e["job"] for e in a("job_claims")["claims"]] == (["live"] if conditional else ["live", "nobody"])
