@@ -68,11 +68,18 @@ def _trimmed_on_seaweedfs(item: pytest.Item) -> bool:
     """A run on SeaweedFS of a test its module leaves out there: a module may name in
     ``SEAWEEDFS_TESTS`` the only tests it runs on SeaweedFS (the others show nothing the runs on
     moto do not: the SDK's or the proxy's own behaviour), by function or by one run's name
-    (``test_x[seaweedfs-case]``)."""
-    wanted = getattr(getattr(item, "module", None), "SEAWEEDFS_TESTS", None)
-    if wanted is None or not _on_seaweedfs(item):
-        return False
-    return getattr(item, "originalname", item.name) not in wanted and item.name not in wanted
+    (``test_x[seaweedfs-case]``).  ``GCS_TESTS`` does the same for fake-gcs-server, for sweeps
+    whose logic sits above the seam and is already searched on moto."""
+    for attr, on in (("SEAWEEDFS_TESTS", _on_seaweedfs), ("GCS_TESTS", _on_gcs)):
+        wanted = getattr(getattr(item, "module", None), attr, None)
+        if wanted is not None and on(item):
+            return getattr(item, "originalname", item.name) not in wanted and item.name not in wanted
+    return False
+
+
+def _on_gcs(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(v == "gcs" for v in callspec.params.values())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
