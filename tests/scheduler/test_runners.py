@@ -171,12 +171,12 @@ def test_job_put_from_another_machine_fires_within_a_poll(rig: Rig, tmp_path: Pa
 
 
 def test_claim_is_exclusive_while_fires_outlast_lapse(rig: Rig) -> None:
-    lapse, hold = 1.5, 2.2  # each firing outlasts the lapse: only renewal keeps others off
+    lapse, hold = 3.0, 4.0  # each firing outlasts the lapse: only renewal keeps others off (3 s: a 2-core CI under load)
     jobs = 6
     for _ in range(3):
         rig.start_runner(lapse=lapse, workers=2)
     # Started first: three runners start fifteen driver processes (each importing its SDK), and on a
-    # 2-core machine a renewal due in that storm can miss a 1.5 s lapse; the runner then fences its own
+    # 2-core machine a renewal due in that storm can miss a short lapse; the runner then fences its own
     # fire and fires it again, as designed, which is not what this test is about.
     rig.wait_started()
     time.sleep(1.0)  # the renewals' own driver processes answer their first request
