@@ -20,6 +20,7 @@ from typing import Any
 from support import wait_for as support_wait_for
 
 from cloudstore.client import ServeProcess
+from cloudstore.scheduling.fire import FireResult
 
 FIRE = [sys.executable, "-S", str(Path(__file__).with_name("fire_record.py"))]
 AGENTS = [{"owner": None, "id": "a"}, {"owner": "o", "id": "b"}]
@@ -164,3 +165,14 @@ def assert_no_overlap(spans: dict[tuple, list[tuple[float, float]]]) -> None:
         runs = sorted(runs)
         for (s0, e0), (s1, e1) in zip(runs, runs[1:], strict=False):
             assert e0 <= s1, f"job {job} fired twice at once: {s0:.3f}-{e0:.3f} and {s1:.3f}-{e1:.3f}"
+
+
+class QuickFire:
+    """A fire that ends at once with exit 0, counting its runs: for tests of what happens around a fire."""
+
+    def __init__(self) -> None:
+        self.fired = 0
+
+    def run(self, *args: object) -> FireResult:
+        self.fired += 1
+        return FireResult(started=0.0, exit=0, duration=0.0, killed=None)

@@ -14,11 +14,11 @@ import threading
 from typing import Any
 
 import pytest
+from scheduler_rig import QuickFire
 
 from cloudstore.scheduling import claiming
 from cloudstore.scheduling.claim_leases import Claims
 from cloudstore.scheduling.claiming import Claimer
-from cloudstore.scheduling.fire import FireResult
 from cloudstore.scheduling.store_client import Agent, AgentStore
 
 THROTTLED = "the store kept throttling (429 rateLimitExceeded) past the op's deadline; nothing was changed"
@@ -51,14 +51,6 @@ class ScriptedDriver:
     def close(self) -> None:
         pass
 
-
-class QuickFire:
-    def __init__(self) -> None:
-        self.fired = 0
-
-    def run(self, *args: object) -> FireResult:
-        self.fired += 1
-        return FireResult(started=0.0, exit=0, duration=0.0, killed=None)
 
 
 def run_one(driver: ScriptedDriver) -> tuple[QuickFire, list[str]]:

@@ -171,7 +171,7 @@ def test_job_put_from_another_machine_fires_within_a_poll(rig: Rig, tmp_path: Pa
 
 
 def test_claim_is_exclusive_while_fires_outlast_lapse(rig: Rig) -> None:
-    lapse, hold = 3.0, 4.0  # each firing outlasts the lapse: only renewal keeps others off (3 s: a 2-core CI under load)
+    lapse, hold = 3.0, 4.0  # each firing outlasts the lapse: only renewal keeps others off (3 s: CI under load)
     jobs = 6
     for _ in range(3):
         rig.start_runner(lapse=lapse, workers=2)

@@ -40,7 +40,7 @@ from urllib.parse import quote
 
 import pytest
 from faults.http_proxy import FaultProxy, RateLimit
-from scheduler_rig import AGENTS, Backend, Rig, wait_for
+from scheduler_rig import AGENTS, Backend, QuickFire, Rig, wait_for
 from support import StoreUnderTest, fresh_agent, make_store
 
 from cloudstore.client import ServeProcess
@@ -48,7 +48,6 @@ from cloudstore.errors import UNCHANGED_WORDS
 from cloudstore.scheduling import claiming
 from cloudstore.scheduling.claim_leases import Claims
 from cloudstore.scheduling.claiming import Claimer
-from cloudstore.scheduling.fire import FireResult
 from cloudstore.scheduling.store_client import Agent, AgentStore
 
 RATE = 10.0  # jobs put a second, due now
@@ -212,14 +211,6 @@ class ThrottledFinish:
     def close(self) -> None:
         pass
 
-
-class QuickFire:
-    def __init__(self) -> None:
-        self.fired = 0
-
-    def run(self, *args: object) -> FireResult:
-        self.fired += 1
-        return FireResult(started=0.0, exit=0, duration=0.0, killed=None)
 
 
 def test_a_finish_throttled_past_its_tries_keeps_the_claim_and_the_job_is_never_fired_again(
