@@ -120,7 +120,8 @@ def test_local_folder_objects_are_private_and_links_are_never_followed(tmp_path)
         for name in files:
             assert os.stat(os.path.join(folder, name)).st_mode & 0o777 == 0o600, name
     # a link put where the file's object is: file_read refuses it, never serves the host file
-    (obj,) = [os.path.join(f, n) for f, _, ns in os.walk(tmp_path / "store") for n in ns if n == "SKILL.md%="]  # key f/skills/s/SKILL.md% (keys.FILE_END)
+    # the key is f/skills/s/SKILL.md% (keys.FILE_END); the folder store adds "=" to an object's name
+    (obj,) = [os.path.join(f, n) for f, _, ns in os.walk(tmp_path / "store") for n in ns if n == "SKILL.md%="]
     os.replace(obj, obj + ".moved")
     os.symlink("/etc/hostname", obj)
     reply = service.answer({"op": "file_read", "agent": agent, "path": "skills/s/SKILL.md"})
