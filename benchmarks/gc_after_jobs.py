@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from cloudstore.client import ServeProcess
+from cloudstore.scheduling.log import read_events
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))  # tests/emulators.py, tests/faults: not installed
@@ -59,7 +60,7 @@ sys.path.insert(0, str(HERE))
 from emulators import Emulator, start_fake_gcs, start_moto  # noqa: E402
 from faults.http_proxy import FaultProxy  # noqa: E402
 from scheduler_cost import by_kind, progress  # noqa: E402  (requests by price class, as that benchmark counts)
-from scheduler_lateness import RECORDER, events, wait_until  # noqa: E402  (benchmarks/: the fire recorder)
+from scheduler_lateness import RECORDER, wait_until  # noqa: E402  (benchmarks/: the fire recorder)
 
 KINDS = ("event", "segment", "head", "tools", "job", "mark", "day", "file", "name", "due", "admin", "other")
 GC_CATEGORIES = ("lease-tombstone", "due-orphan", "dead-epoch")
@@ -180,7 +181,7 @@ def run_jobs(store: Store, folder: Path, args: argparse.Namespace) -> dict[str, 
             assert took.get("took") == "took", took
         runners = start_runners(folder, store, agents, record, args.runners, args.workers)
         try:
-            wait_until(lambda: all(events(log, "started") for _, log in runners), 120, "the runners to start")
+            wait_until(lambda: all(read_events(log, "started") for _, log in runners), 120, "the runners to start")
             progress(f"{store.name}: {args.runners} runners started; putting {args.jobs} jobs "
                      f"({ids} ids, {rounds} round(s)) of {args.agents} agents due over {args.spread:g} s")
             clock = time.monotonic()
@@ -203,8 +204,8 @@ def run_jobs(store: Store, folder: Path, args: argparse.Namespace) -> dict[str, 
             stop_runners(runners)
         shots = fired(record)
         occurrences = {(s["agent"], s["job"], s["due"]) for s in shots}
-        per_runner = sorted(len(events(log, "fired")) for _, log in runners)
-        problems = [e["event"] for _, log in runners for e in _all_events(log)
+        per_runner = sorted(len(read_events(log, "fired")) for _, log in runners)
+        problems = [e["event"] for _, log in runners for e in read_events(log)
                     if e.get("event") in ("lease_lost", "lost_job", "finish_failed")]
         progress(f"{store.name}: {len(shots)} fired in {took_s:.1f} s; runners stopped")
         return {"fired": len(shots), "duplicates": len(shots) - len(occurrences), "seconds": took_s,
@@ -212,17 +213,6 @@ def run_jobs(store: Store, folder: Path, args: argparse.Namespace) -> dict[str, 
                 "agents": agents}
     finally:
         putter.close()
-
-
-def _all_events(log: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
 
 
 def run_admin(store: Store, argv: list[str]) -> dict[str, Any]:

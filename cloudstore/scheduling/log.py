@@ -39,8 +39,10 @@ def log(event: str, **fields: Any) -> None:
             pass  # stderr closed: nothing left to tell
 
 
-def read_events(path: Path, name: str) -> list[dict[str, Any]]:
-    """The events called ``name`` in a log file this module wrote (other lines, such as a driver's, skipped).
+def read_events(path: Path, name: str | None = None) -> list[dict[str, Any]]:
+    """The events called ``name`` (every event when None) in a log file this module wrote.
+
+    Other lines, such as a driver's, are skipped.
 
     For the tests and benchmarks that run runners as processes and judge them by their log."""
     out = []
@@ -50,6 +52,6 @@ def read_events(path: Path, name: str) -> list[dict[str, Any]]:
                 event = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(event, dict) and event.get("event") == name:
+            if isinstance(event, dict) and (name is None or event.get("event") == name):
                 out.append(event)
     return out
