@@ -21,6 +21,7 @@ from support import wait_for as support_wait_for
 
 from cloudstore.client import ServeProcess
 from cloudstore.scheduling.fire import FireResult
+from cloudstore.scheduling.log import read_events
 
 FIRE = [sys.executable, "-S", str(Path(__file__).with_name("fire_record.py"))]
 AGENTS = [{"owner": None, "id": "a"}, {"owner": "o", "id": "b"}]
@@ -43,16 +44,7 @@ class RunnerProc:
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         """The runner's JSON log lines (stderr), those of event ``name`` only if given."""
-        out = []
-        for line in self.log.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(event, dict) and (name is None or event.get("event") == name):
-                    out.append(event)
-        return out
+        return read_events(self.log, name)
 
 
 @dataclass

@@ -72,7 +72,9 @@ def cloud_limit(backend: str) -> RateLimit:
 
 @pytest.fixture(params=("gcs", "moto"))
 def limited(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Limited]:
-    base = make_store(request.param, request, tmp_path_factory)
+    # A bucket of its own: moto lists by walking every key of a bucket, and the shared one holds the
+    # whole session's objects by the time this runs (one CI run timed out here, not reproduced idle).
+    base = make_store(request.param, request, tmp_path_factory, own_bucket=True)
     setting = "AWS_ENDPOINT_URL_S3" if request.param == "moto" else "STORAGE_EMULATOR_HOST"
     with FaultProxy(base.env[setting], flavor="s3" if request.param == "moto" else "gcs") as proxy:
         store = replace(base, env=proxy.redirect(base.env))
@@ -145,8 +147,11 @@ def test_one_agents_jobs_at_10_a_second_under_the_cloud_limit(limited: Limited, 
     replies = put_paced(rig, count)
 
     assert [r for r in replies if r != {"reply": "done"}] == [], "a put answered an error under the limit"
-    wait_for(lambda: len({r["job"] for r in rig.records("start")}) >= count, 120, "every job to fire")
-    wait_for(rig.empty, 120, "every job to leave firing")
+    try:
+        wait_for(lambda: len({r["job"] for r in rig.records("start")}) >= count, 120, "every job to fire")
+        wait_for(rig.empty, 120, "every job to leave firing")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {stuck(rig, limited)}") from exc
     starts: dict[str, int] = {}
     for r in rig.records("start"):
         starts[r["job"]] = starts.get(r["job"], 0) + 1
@@ -156,6 +161,16 @@ def test_one_agents_jobs_at_10_a_second_under_the_cloud_limit(limited: Limited, 
     assert events == [], events
     old_mark = {name: n for name, n in limited.limit.refused_names.items() if name.endswith("/mark")}
     assert old_mark == {}, "the old single mark is written no more"
+
+
+def stuck(rig: Rig, limited: Limited) -> str:
+    """What a timed-out wait saw: jobs fired, jobs left in each place, requests at the proxy, each
+    runner's last log lines (a slow emulator and a stalled runner look alike without them)."""
+    fired = sorted({r["job"] for r in rig.records("start")})
+    places = {p: rig.count(AGENT, p) for p in ("waiting", "firing", "ending")}
+    logs = " | ".join(r.log.read_text(errors="replace")[-2500:] for r in rig.runners)
+    return (f"{len(fired)} fired, left {places}, proxy admitted {limited.limit.admitted} refused "
+            f"{limited.limit.refused}; runner logs: {logs}")
 
 
 # --------------------------------------------------------------------------
