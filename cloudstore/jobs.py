@@ -363,12 +363,13 @@ class Jobs:
 
     def claim(self, agent: Agent, job_id: str, take: Callable[[], tuple[str, str | None]],
               release: Callable[[], None], not_after: float) -> Claimed:
-        """The runner's claim: its lease with the record read, then the mark, then the record.
+        """The runner's claim: its lease with the record read, then the mark and the claim entry, then the record.
 
         First, at once: the claim lease is taken (``take``: one request for a
         fresh job id) and the record read.  Only with the lease ours and the
         job read in waiting, due by ``not_after``, does the claim write: a new
-        mark, then the record with the job moved to firing.  So a job in
+        mark and the job's claim-index entry at once, then the record with the
+        job moved to firing (three round trips in all).  So a job in
         firing always has its runner's lease (the lease came first), the mark
         has moved before waiting changes (the module's crash order), and a
         claim that loses (the lease held by another runner, the job gone or
@@ -399,7 +400,11 @@ class Jobs:
         if not due_now(places.get(WAITING)):  # gone, or not due: nothing written but the lease, let go
             self.space.defer(release)
             return Claimed(took, None, None)
-        self._bump_mark(agent)
+        # The mark and the claim-index entry at once, both before the record (the crash order: the
+        # mark moves before waiting changes; claim_index.py's entry comes before the job enters firing).
+        # Either alone, landed, is a leftover the readers tolerate: a mark moved for nothing, an entry
+        # no record names.  (No order between them: recovery reads the index, pollers the mark.)
+        self.space.at_once(lambda: self._bump_mark(agent), lambda: self.claimed.add(keys, job_id))
 
         def change(record: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
             places = _places(checked(keys, key, record))
@@ -410,14 +415,10 @@ class Jobs:
             places[FIRING] = {"job": moved["job"]}
             return {"places": places}, moved
 
-        ready = places.get(WAITING)
-        entered = ready is not None and float(ready["job"]["due"]) <= not_after
-        if entered:  # the claim-index entry before the record (claim_index.py); none for a lost claim
-            self.claimed.add(keys, job_id)
         moved = self._update(key, change)
         if moved is None:
             self.space.defer(release)
-            if entered and FIRING not in places:  # our own entry, for nothing
+            if FIRING not in places:  # our own entry, for nothing
                 self.space.defer(lambda: self.claimed.drop(keys, job_id))
             return Claimed(took, None, None)
         self.space.defer(lambda: self._drop(keys, job_id, moved))

@@ -251,7 +251,7 @@ class Service:
         With ``thread``, ``holder`` and ``lapse_ms`` (the claim lease) and
         ``not_after`` (a due this late is not claimed), the lease is taken in
         the same op and the reply also says ``took``, ``holder`` (when
-        ``held``) and ``recovered`` (``Jobs.claim``): two round trips in all.
+        ``held``) and ``recovered`` (``Jobs.claim``): three round trips in all.
         """
         job_id = v.job_id(v.field(req, "id"))
         if "holder" not in req:

@@ -4,7 +4,7 @@
 the shift waiting -> firing (of several runners exactly one gets both), which
 answers the job it moved, since what was shifted is what must be fired (a put
 may have replaced the polled job meanwhile).  Through the runner's own driver
-both are ONE request (``job_claim`` with its lease: two round trips at the
+both are ONE request (``job_claim`` with its lease: three round trips at the
 store, ``jobs.Jobs.claim``); through a bridge, which answers only the
 protocol's ops, a ``take`` then a shift and a read back.
 ``Claimer.reclaim`` takes back a

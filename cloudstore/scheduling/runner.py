@@ -36,7 +36,7 @@ One pass of the loop (see ``scheduler`` for what it promises):
    nudge (``wake``: a driver on this machine put a job in waiting), whichever
    comes first.  A nudge naming a job of ours due now has it claimed at once,
    before any poll (the claim is the judge), so a job put due now on this
-   machine waits for one claim's two round trips; any other nudge of our own
+   machine waits for one claim's three round trips; any other nudge of our own
    user (or root) polls, and one only other users sent brings the next poll
    forward at most once a ``poll_interval`` (anyone may send them).
    Idle, a runner thus sends one request a ``poll_interval``, one claim
