@@ -68,18 +68,26 @@ def _trimmed_on_seaweedfs(item: pytest.Item) -> bool:
     """A run on SeaweedFS of a test its module leaves out there: a module may name in
     ``SEAWEEDFS_TESTS`` the only tests it runs on SeaweedFS (the others show nothing the runs on
     moto do not: the SDK's or the proxy's own behaviour), by function or by one run's name
-    (``test_x[seaweedfs-case]``).  ``GCS_TESTS`` does the same for fake-gcs-server, for sweeps
-    whose logic sits above the seam and is already searched on moto."""
-    for attr, on in (("SEAWEEDFS_TESTS", _on_seaweedfs), ("GCS_TESTS", _on_gcs)):
-        wanted = getattr(getattr(item, "module", None), attr, None)
-        if wanted is not None and on(item):
-            return getattr(item, "originalname", item.name) not in wanted and item.name not in wanted
-    return False
+    (``test_x[seaweedfs-case]``).  ``GCS_TESTS`` and ``MOTO_TESTS`` do the same for
+    fake-gcs-server and moto, for sweeps whose logic sits above the seam and is already searched
+    on the folder (and on moto).  ``FOLDER_ONLY`` names tests whose emulator runs repeat checks
+    the conformance suite already makes there (they cost CI minutes and find nothing new)."""
+    name = getattr(item, "originalname", item.name)
+    module = getattr(item, "module", None)
+    for attr, backend in (("SEAWEEDFS_TESTS", SEAWEEDFS), ("GCS_TESTS", "gcs"), ("MOTO_TESTS", "moto")):
+        wanted = getattr(module, attr, None)
+        if wanted is not None and _on(item, backend):
+            return name not in wanted and item.name not in wanted
+    folder_only = getattr(module, "FOLDER_ONLY", frozenset())
+    return name in folder_only and any(_on(item, b) for b in (*BACKENDS, SEAWEEDFS) if b != "file")
 
 
-def _on_gcs(item: pytest.Item) -> bool:
+def _on(item: pytest.Item, backend: str) -> bool:
+    """A run of ``item`` on ``backend``: a parameter names it (or, for SeaweedFS, the run uses its server)."""
+    if backend == SEAWEEDFS:
+        return _on_seaweedfs(item)
     callspec = getattr(item, "callspec", None)
-    return callspec is not None and any(v == "gcs" for v in callspec.params.values())
+    return callspec is not None and any(v == backend for v in callspec.params.values())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

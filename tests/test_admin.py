@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from support import new_bucket
 
 from cloudstore.admin import gc
 from cloudstore.admin.migrate import expectation
@@ -426,7 +427,7 @@ def _migrate_chain(moto_server: Any, gcs_server: Any, tmp_path: Any, env: dict[s
     tag = uuid.uuid4().hex[:8]
     first = f"file://{tmp_path}/first"
     s3 = f"s3://{moto_server.bucket}/mig-{tag}/s3"
-    gs = f"gs://{gcs_server.bucket}/mig-{tag}/gs"
+    gs = f"gs://{new_bucket(gcs_server, tag)}/mig-{tag}/gs"  # its own: fake-gcs-server slows as a bucket fills
     last = f"file://{tmp_path}/last"
     began = time.monotonic()
     os.makedirs(f"{tmp_path}/first")  # a file:// store's folder is made first: a missing one is refused

@@ -61,14 +61,27 @@ SEAWEEDFS_TESTS = frozenset({
     for name in ("file_write new (version 0)", "file_remove", "job_put new into waiting")
 })
 
-#: The runs swept on fake-gcs-server (conftest): the claim, a packing append, a create of each kind and
-#: a take, whose requests take the GCS backend's own paths (ranged and prefixed reads, generation-0
-#: creates).  The other ops are the same code above the seam, swept kill point by kill point on the
-#: folder and on moto; on GCS too they cost CI minutes that find nothing those runs do not.
+#: The runs swept on fake-gcs-server (conftest): the claim, an append to a hashed thread (its name
+#: record and event, generation-0 creates), a take and a create of each other kind, whose requests
+#: take the GCS backend's own paths.  The other ops are the same code above the seam, swept kill
+#: point by kill point on the folder and on moto; on GCS they cost CI minutes that find nothing those
+#: runs do not (the packing append alone took 2 min: its kill points each start a driver).
 GCS_TESTS = frozenset({"test_a_crash_at_any_request_of_a_runners_claim_leaves_it_whole"} | {
     f"test_a_crash_before_any_request_leaves_the_op_whole[gcs-{name}]"
-    for name in ("append seq 64 (packs a segment)", "take over a lapsed lease", "job_put new into waiting",
+    for name in ("append seq 1, hashed thread name", "take over a lapsed lease", "job_put new into waiting",
                  "file_write new (version 0)")
+})
+
+#: The runs swept on moto: every op whose requests differ in kind (creates, replaces by ETag,
+#: deletes, packing, the claim), not the ops that repeat another's requests with other values
+#: (a replacing put is a waiting put's requests; a shift back, a shift's; a removal from waiting and a
+#: replacing write, a removal's and a write's), which the folder sweeps.
+MOTO_TESTS = frozenset({"test_a_crash_at_any_request_of_a_runners_claim_leaves_it_whole"} | {
+    f"test_a_crash_before_any_request_leaves_the_op_whole[moto-{name}]"
+    for name in ("append seq 64 (packs a segment)", "append seq 1, hashed thread name",
+                 "remove with events and a live lease", "take over a lapsed lease", "job_put new into waiting",
+                 "job_shift waiting to firing", "file_write new (version 0)", "file_remove", "file_append",
+                 "tools_narrow")
 })
 
 DONE = {"reply": "done"}

@@ -28,7 +28,7 @@ from cloudstore.service import Service
 from cloudstore.settings import open_backend
 from cloudstore.space import Space
 
-RENEWALS = 15
+RENEWALS = 6  # each renewal 128 appends and 4 hints: 768 appends through fake-gcs-server a run
 HINT = 32  # the hint's interval (512 in use), so that one is due at every block of 32
 APPENDS_PER_RENEWAL = 4 * HINT
 

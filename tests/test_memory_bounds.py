@@ -9,6 +9,7 @@ records of up to 64 KiB (one job_count over 200 records of 60 KB added
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from support import Session
@@ -42,13 +43,16 @@ def rss_mib(pid: int) -> float:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads a process's memory from /proc")
-def test_a_serve_process_stays_within_its_memory_budget(session: Session) -> None:
-    """Far more than the budget is written and read; the process grows by about the budget at most."""
+def test_a_serve_process_stays_within_its_memory_budget(store: Any, session: Session) -> None:
+    """Far more than the budget is written and read; the process grows by about the budget at most.
+
+    On the emulators 14 threads of events (88 MiB, still past the budget) instead of the folder's 24:
+    the bound is the process's own, and 1,536 appends of 100 KB took 104 s of CI on fake-gcs-server."""
     if session.proc.proc.pid is None:  # pragma: no cover
         pytest.skip("no process")
     before = rss_mib(session.proc.proc.pid)
     big = "e" * 100_000
-    for thread in range(24):  # 24 threads x 64 events x 100 KB: 150 MiB of events to remember
+    for thread in range(24 if store.backend == "file" else 14):  # 24 x 64 events x 100 KB: 150 MiB to remember
         for seq in range(1, 65):
             assert session("append", thread=f"t{thread}", event={"seq": seq, "x": big}) == {"reply": "done"}
     spec = {"items": [{"a": i, "b": "yy"} for i in range(2500)]}  # ~59 KB of many small values: kept
