@@ -106,6 +106,38 @@ def append_gaps(ctx: Ctx) -> None:
            "events after refused appends (none of them written, none changed)")
 
 
+#: The event a stale appender writes in ``taken_at_a_block_end``: where drivers that pack events in
+#: blocks of a power of two (this project's: 32, 64, ...) write a block once it is appended.
+BLOCK_END = 32
+
+
+@checks.check
+def taken_at_a_block_end(ctx: Ctx) -> None:
+    """An appender told `taken` changed nothing, even at an event that ends a packed block.
+
+    Channel 0 appends events 1 to 31 (so it remembers 31 as the last),
+    channel 1 appends 32, then channel 0 appends its own 32: `taken`.  A
+    third channel, which never read the conversation, must read channel 1's
+    event: a driver that packs from what it sent, not from what was stored,
+    rewrites history here without any fault.
+    """
+    a, t = ctx.agent(), "block"
+    assert ctx.transport is not None
+    first, second, reader = ctx.transport.sessions(3)
+    evs = [{"seq": n} for n in range(1, BLOCK_END)]
+    for ev in evs:
+        expect(first.request(request(a, "append", thread=t, event=ev)), DONE, f"append seq {ev['seq']}")
+    stored = {"seq": BLOCK_END, "by": "the second appender"}
+    expect(second.request(request(a, "append", thread=t, event=stored)), DONE, f"another's append of {BLOCK_END}")
+    # Its next request is answered once the work its append left behind the reply is done (packing).
+    expect(second.request(request(a, "last", thread=t)), {"reply": "last", "last": BLOCK_END}, "last, after it")
+    stale = {"seq": BLOCK_END, "by": "the first appender, told taken"}
+    expect(first.request(request(a, "append", thread=t, event=stale)), taken(BLOCK_END),
+           f"the first appender's append of {BLOCK_END}, after another's")
+    expect(reader.request(request(a, "read", thread=t)), events([*evs, stored]),
+           "the events read by a third process: the stored one, not the one told taken")
+
+
 @checks.check
 def event_values(ctx: Ctx) -> None:
     """Events come back equal as JSON: big integers exactly, doubles, unicode, NUL, key names, nesting."""

@@ -9,7 +9,8 @@ at seeded moments within the op's fault-free time.  Then another process,
 which never saw the agent, reads what the next ops read and judges:
 
 * ``append``: no event lost or doubled, the numbers still one after another;
-* ``job_shift``: the job in exactly one place, never none or two;
+* ``job_shift``: the job in exactly one place, never none or two, and a job
+  left in waiting still counted by ``job_next``;
 * ``file_write`` / ``file_remove``: a version never given again;
 * ``tools_narrow``: a narrowing never widened;
 * ``take``: one holder at most.
@@ -150,8 +151,13 @@ def _check_events(p: Asker, a: dict[str, Json], st: dict[str, Json]) -> str:
     return ""
 
 
+#: The least due the contract allows (wire.md): the check's job is due before any other job in the store,
+#: so ``job_next``, which answers for every agent of the store, must answer at most its due.
+DUE_LEAST = -(2**53 - 1)
+
+
 def _job(st: dict[str, Json]) -> dict[str, Json]:
-    return {"id": str(st["j"]), "spec": {"by": st["spec"]}, "due": 10**9}
+    return {"id": str(st["j"]), "spec": {"by": st["spec"]}, "due": DUE_LEAST}
 
 
 def _setup_job(p: Asker, a: dict[str, Json], st: dict[str, Json]) -> None:
@@ -171,6 +177,11 @@ def _check_job(p: Asker, a: dict[str, Json], st: dict[str, Json]) -> str:
     got = p.ask(a, "job_get", place=places[0], id=st["j"]).get("job")
     if got != _job(st):
         return f"the job whole in {places[0]}: got {got}"
+    if places == ["waiting"]:
+        soonest = p.ask(a, "job_next").get("next")
+        if not isinstance(soonest, (int, float)) or isinstance(soonest, bool) or soonest > DUE_LEAST:
+            return (f"the job is in waiting, due {DUE_LEAST}, but job_next answered {soonest}: "
+                    "a waiting job the next ops do not see as due")
     reply = p.ask(a, "job_shift", id=st["j"], **{"from": places[0], "to": "ending"})
     if reply != {"reply": "found", "found": True} or _places(p, a, st) != ["ending"]:
         return f"the job shifted on from {places[0]}: {reply}, now in {_places(p, a, st)}"

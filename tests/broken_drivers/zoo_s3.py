@@ -21,6 +21,14 @@ each must be caught by the check named for it:
   shift_in_two   job_shift as a put into the target, then a removal from the source: a
                  process killed between the two leaves the job in two places
                                                                  -> crash.job_shift (``--crash``; on a folder too)
+  due_before_record
+                 a shift out of waiting deletes the job's due-index entry before it writes
+                 the record: a process killed between the two leaves a waiting job that
+                 job_next no longer counts                       -> crash.job_shift (``--crash``)
+  packing_rewrites
+                 an appender told `taken` still packs the block its event would have ended,
+                 from what it sent: the block rewrites the event another appender stored
+                                                                 -> check.taken_at_a_block_end
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ import time
 from typing import Any
 
 BREAK = os.environ.get("ZOO_BREAK", "")
-BREAKS = ("sdk_retries", "still_current", "late_delete", "local_clock", "shift_in_two")
+BREAKS = ("sdk_retries", "still_current", "late_delete", "local_clock", "shift_in_two", "due_before_record",
+          "packing_rewrites")
 
 
 def sdk_retries() -> None:
@@ -88,6 +97,39 @@ def shift_in_two() -> None:
         return bool(self.remove(agent, source, job_id))
 
     jobs.Jobs.shift = shift
+
+
+def due_before_record() -> None:
+    from cloudstore import jobs
+
+    plain = jobs.Jobs.move
+
+    def move(self: Any, agent: Any, job_id: str, source: str, target: str) -> Any:
+        if source == jobs.WAITING and target != jobs.WAITING:
+            keys = self.space.keys(agent)
+            held = jobs._places(self._read(keys, keys.job(job_id))).get(source)
+            if held is not None:
+                self._drop(keys, job_id, held)  # the entry first: the record's write may never come
+        return plain(self, agent, job_id, source, target)
+
+    jobs.Jobs.move = move
+
+
+def packing_rewrites() -> None:
+    from cloudstore import conversations
+
+    plain = conversations.Conversations.append
+
+    def append(self: Any, agent: Any, thread: str, event: dict[str, Any], seq: int) -> Any:
+        reply = plain(self, agent, thread, event, seq)
+        keys = self.space.keys(agent)
+        mem = self.memory.get(keys.thread(thread))
+        if reply == {"reply": "taken", "last": seq} and conversations.packed_at(seq) and mem is not None:
+            at = conversations.EpochKeys(keys, thread, mem.epoch, mem.newest_first)
+            self._pack(at, seq, {**mem.recent, seq: conversations.compact(event)})  # what it sent, not what won
+        return reply
+
+    conversations.Conversations.append = append
 
 
 def main() -> None:

@@ -7,11 +7,13 @@ refusals each fail when the driver gets exactly that wrong.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
-from cloudstore.conformance import Report
+from cloudstore.conformance import Report, run
 
 #: TOY_BREAK -> the checks that must fail (every one of them).
 CAUGHT_BY = {
@@ -44,3 +46,17 @@ def test_defect_is_caught_by_its_check(toy: Callable[..., Report], defect: str) 
     assert report.passed >= len(report.results) - 8
     assert not report.ok
     assert report.summary() == f"{report.passed} passed, {report.failed} failed"
+
+
+ZOO = Path(__file__).resolve().parent.parent / "broken_drivers" / "zoo_s3.py"
+
+
+def test_a_stale_appender_that_packs_what_it_sent_fails_taken_at_a_block_end(tmp_path: Path) -> None:
+    """zoo_s3's ``packing_rewrites`` (lnk-bucket-store, on a folder: no fault is needed to show it)."""
+    check = "check.taken_at_a_block_end"
+    report = run((sys.executable, str(ZOO)), env={"LNK_BUCKET_URL": f"file://{tmp_path}",
+                                                  "ZOO_BREAK": "packing_rewrites"}, checks=[check])
+    assert report.failed_names() == {check}, report.failures()
+    assert "the stored one, not the one told taken" in report.failures()
+    plain = run("lnk-bucket-store", env={"LNK_BUCKET_URL": f"file://{tmp_path}"}, checks=[check])
+    assert plain.ok and plain.names() == {check}, plain.failures()

@@ -1,4 +1,4 @@
-"""``lnk-store-check --crash``: this project's driver passes on a folder; a driver whose shift is two writes fails.
+"""``lnk-store-check --crash``: this project's driver passes on a folder; each crash zoo driver fails its check.
 
 The folder backend honours ``LNK_STORE_FAILPOINT`` as the cloud ones do, so
 the kill points are the same requests without an emulator (the rig of
@@ -28,10 +28,19 @@ def test_bucket_store_passes_crash_quick(tmp_path: Path) -> None:
     assert " by failpoint" in killed and " by moment" in killed, killed
 
 
+#: Each crash zoo driver's defect, the check named for it, and what its failure says.
+CAUGHT_BY = {
+    "shift_in_two": ("crash.job_shift", "in exactly one place"),
+    "due_before_record": ("crash.job_shift", "job_next answered"),
+}
+
+
 @pytest.mark.timeout(300)
-def test_a_shift_in_two_writes_fails_crash_job_shift(tmp_path: Path) -> None:
-    report = run((sys.executable, str(ZOO)), env={"LNK_BUCKET_URL": f"file://{tmp_path}", "ZOO_BREAK": "shift_in_two"},
-                 crash=True, quick=True, seed=SEED, checks=["crash.job_shift"])
-    assert report.failed_names() == {"crash.job_shift"}, report.failures()
+@pytest.mark.parametrize("defect", sorted(CAUGHT_BY))
+def test_a_crash_zoo_driver_fails_the_check_named_for_it(tmp_path: Path, defect: str) -> None:
+    check, says = CAUGHT_BY[defect]
+    report = run((sys.executable, str(ZOO)), env={"LNK_BUCKET_URL": f"file://{tmp_path}", "ZOO_BREAK": defect},
+                 crash=True, quick=True, seed=SEED, checks=[check])
+    assert report.failed_names() == {check}, report.failures()
     notes = "\n".join(report.notes)
-    assert "in exactly one place" in report.failures() and "history that broke:" in notes
+    assert says in report.failures() and "history that broke:" in notes, report.failures()
