@@ -34,7 +34,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -45,6 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults
 
 from emulators import Emulator, start_fake_gcs, start_moto  # noqa: E402
 from faults.http_proxy import FaultProxy, RateLimit  # noqa: E402
+from load import put_paced  # noqa: E402
 
 import cloudstore  # noqa: E402
 from cloudstore.client import ServeProcess  # noqa: E402
@@ -80,38 +80,6 @@ def start_runner(root: Path, n: int, driver: str, env: dict[str, str]) -> tuple[
 
 
 
-def put_paced(putter: ServeProcess, rate: float, seconds: float, tag: str) -> list[dict[str, Any]]:
-    """Jobs due now at ``rate`` a second (each at its slot, at once when late) from four threads."""
-    count = int(rate * seconds)
-    replies: list[dict[str, Any]] = [{} for _ in range(count)]
-    started = time.monotonic()
-    lock = threading.Lock()
-    order = iter(range(count))
-
-    def worker() -> None:
-        while True:
-            with lock:
-                n = next(order, None)
-            if n is None:
-                return
-            wait = started + n / rate - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            job = {"id": f"{tag}-{n:05d}", "spec": None, "due": time.time()}
-            try:
-                replies[n] = putter.request({"op": "job_put", "agent": AGENT, "place": "waiting", "job": job},
-                                            timeout=60)
-            except Exception as exc:  # noqa: BLE001 - a figure, not a crash
-                replies[n] = {"reply": "error", "error": repr(exc)}
-
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return replies
-
-
 def one_run(em: Emulator, backend: str, rate: float, runners: int, args: argparse.Namespace) -> None:
     setting = "STORAGE_EMULATOR_HOST" if backend == "gcs" else "AWS_ENDPOINT_URL_S3"
     scheme, url_setting, driver = (("gs", "LNK_GCS_URL", "lnk-gcs") if backend == "gcs"
@@ -130,7 +98,8 @@ def one_run(em: Emulator, backend: str, rate: float, runners: int, args: argpars
                                 else RateLimit("s3-prefix", rate=3500.0, burst=3500.0))
             progress(f"{backend}: {rate:g} jobs/s for {args.seconds:g} s, {runners} runner(s)")
             tag = uuid.uuid4().hex[:6]
-            replies = put_paced(putter, rate, args.seconds, tag)
+            replies = put_paced(lambda r: putter.request(r, timeout=60), AGENT, rate, int(rate * args.seconds),
+                                f"{tag}-", threads=4)
             done = {f"{tag}-{n:05d}" for n, r in enumerate(replies) if r.get("reply") == "done"}
             deadline = time.monotonic() + args.seconds + 60
             fired: list[dict[str, Any]] = []

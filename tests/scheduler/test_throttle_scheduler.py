@@ -40,6 +40,7 @@ from urllib.parse import quote
 
 import pytest
 from faults.http_proxy import FaultProxy, RateLimit
+from load import put_paced
 from scheduler_rig import AGENTS, Backend, QuickFire, Rig, wait_for
 from support import StoreUnderTest, fresh_agent, make_store
 
@@ -100,35 +101,6 @@ def limited_rig(limited: Limited, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     putter.close()
 
 
-def put_paced(rig: Rig, count: int) -> list[dict[str, Any]]:
-    """``count`` jobs due now, one every 1/RATE s (each at its slot, at once when late), from two
-    threads so that one slow reply does not hold the next put back; the replies."""
-    replies: list[dict[str, Any]] = [{} for _ in range(count)]
-    started = time.monotonic()
-    lock = threading.Lock()
-    order = iter(range(count))
-
-    def worker() -> None:
-        while True:
-            with lock:
-                n = next(order, None)
-            if n is None:
-                return
-            wait = started + n / RATE - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            job = {"id": f"j{n:04d}", "spec": None, "due": time.time()}
-            replies[n] = rig.store.request({"op": "job_put", "agent": AGENT, "place": "waiting", "job": job},
-                                           timeout=60)
-
-    threads = [threading.Thread(target=worker) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return replies
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("runners", [1, 3])
 def test_one_agents_jobs_at_10_a_second_under_the_cloud_limit(limited: Limited, limited_rig: Rig,
@@ -144,7 +116,7 @@ def test_one_agents_jobs_at_10_a_second_under_the_cloud_limit(limited: Limited, 
         raise AssertionError(f"runners did not start: {logs}") from exc
     count = int(RATE * SECONDS)
 
-    replies = put_paced(rig, count)
+    replies = put_paced(lambda r: rig.store.request(r, timeout=60), AGENT, RATE, count, "j")
 
     assert [r for r in replies if r != {"reply": "done"}] == [], "a put answered an error under the limit"
     try:
@@ -155,7 +127,7 @@ def test_one_agents_jobs_at_10_a_second_under_the_cloud_limit(limited: Limited, 
     starts: dict[str, int] = {}
     for r in rig.records("start"):
         starts[r["job"]] = starts.get(r["job"], 0) + 1
-    assert sorted(starts) == [f"j{n:04d}" for n in range(count)], "a put job never fired"
+    assert sorted(starts) == [f"j{n:05d}" for n in range(count)], "a put job never fired"
     assert {job: n for job, n in starts.items() if n > 1} == {}, "a job fired twice"
     events = [e for r in rig.runners for e in r.events() if e.get("event") in ("recovering", "finish_failed")]
     assert events == [], events
