@@ -202,25 +202,33 @@ def run_faults(
                 continue
             history = History(seed)
             ctx = fault_checks.FaultCtx(None, proxied, dict(contract), keeps_tools=False, world=world, history=history)
-            result = run_check(check, ctx, "faults")
-            report.results.append(result)
+            _run_seeded(check, ctx, "faults", seed, history, report, on_result, say)
             ops += history.ops
             kinds.update(history.faults)
-            if on_result:
-                on_result(result)
-            if not result.passed:
-                lines = [f"{check.name} failed with seed {seed} (replay: --seed {seed} --check {check.name})",
-                         f"fault schedule: {' | '.join(history.schedule[-3:]) or '(none armed)'}",
-                         "history that broke:", *history.tail()]
-                for line in lines:
-                    report.notes.append(line)
-                    say(line)
     finally:
         world.close()
     figures = f"faults: {ops} ops; faults fired by kind: " + (
         ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "none")
     report.notes.append(figures)
     say(figures)
+
+
+def _run_seeded(check: Check, ctx: Ctx, mode: str, seed: int, history: History, report: Report,
+                on_result: Callable[[Result], None] | None, say: Callable[[str], None]) -> None:
+    """One check of a seeded family (``faults``, ``crash``): its result kept, and a failure's replay line,
+    the fault schedule (under ``faults``: what was armed last) and the history that broke as notes."""
+    result = run_check(check, ctx, mode)
+    report.results.append(result)
+    if on_result:
+        on_result(result)
+    if not result.passed:
+        armed = " | ".join(history.schedule[-3:]) or "(none armed)"
+        schedule = [f"fault schedule: {armed}"] if mode == "faults" else []
+        lines = [f"{check.name} failed with seed {seed} (replay: --seed {seed} --check {check.name})",
+                 *schedule, "history that broke:", *history.tail()]
+        for line in lines:
+            report.notes.append(line)
+            say(line)
 
 
 def run_crash(
@@ -238,18 +246,9 @@ def run_crash(
         history = History(seed)
         ctx = crash_checks.CrashCtx(None, driver, dict(contract), keeps_tools=keeps_tools, seed=seed, quick=quick,
                                     history=history, rng=random.Random(f"{seed}:{check.name}"))
-        result = run_check(check, ctx, "crash")
-        report.results.append(result)
+        _run_seeded(check, ctx, "crash", seed, history, report, on_result, say)
         ops += history.ops
         kills.update(ctx.kills)
-        if on_result:
-            on_result(result)
-        if not result.passed:
-            lines = [f"{check.name} failed with seed {seed} (replay: --seed {seed} --check {check.name})",
-                     "history that broke:", *history.tail()]
-            for line in lines:
-                report.notes.append(line)
-                say(line)
     figures = f"crash: {ops} requests; processes killed: " + (
         ", ".join(f"{n} by {k}" for k, n in sorted(kills.items())) or "none")
     report.notes.append(figures)
