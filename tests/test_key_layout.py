@@ -234,6 +234,14 @@ LONG_PART = "skills/" + "l" * 300 + "/SKILL.md"  # inline in eafe802's layout (4
 HASHED = "skills/" + "/".join(["h" * 200] * 3)  # hashed in both layouts
 
 
+def write_old(old_tree: str, url: str, asks: list[dict[str, Any]]) -> None:
+    """Send ``asks`` to the old layout's driver (the tree at ``old_tree``) on ``url``; it must answer them all."""
+    lines = "".join(json.dumps(r) + "\n" for r in asks)
+    run = subprocess.run([sys.executable, "-c", WRITER, url], input=lines, env=dict(os.environ, PYTHONPATH=old_tree),
+                         capture_output=True, text=True, cwd=old_tree, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
 def old_requests() -> list[dict[str, Any]]:
     """A store's worth of everything, in eafe802's hands: files of every kind, events, jobs, a lease, tools."""
     out: list[dict[str, Any]] = []
@@ -290,11 +298,8 @@ def test_a_store_of_eafe802_is_read_as_it_is_then_moved_in_place(where: str, old
             monkeypatch.setenv(key, value)
         url = f"s3://{em.bucket}/{uuid.uuid4().hex[:12]}"
         asks = [r for r in asks if r.get("path") not in ("skills/a/inner.md", LONG_PART)]
-    lines = "".join(json.dumps(r) + "\n" for r in asks)
+    write_old(old_tree, url, asks)
     env = dict(os.environ, PYTHONPATH=old_tree)
-    run = subprocess.run([sys.executable, "-c", WRITER, url], input=lines, env=env, capture_output=True, text=True,
-                         cwd=old_tree, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
     old_state = subprocess.run([sys.executable, "-c", STATE_DUMP, url], env=env, capture_output=True, text=True,
                                cwd=old_tree, timeout=300)
     assert old_state.returncode == 0, old_state.stderr[-3000:]
@@ -321,10 +326,7 @@ def test_a_move_cut_short_is_finished_by_a_rerun(old_tree: str, tmp_path: Any) -
 
     url = f"file://{tmp_path}/store"
     os.makedirs(f"{tmp_path}/store")
-    lines = "".join(json.dumps(r) + "\n" for r in old_requests()[:12])
-    run = subprocess.run([sys.executable, "-c", WRITER, url], input=lines, env=dict(os.environ, PYTHONPATH=old_tree),
-                         capture_output=True, text=True, cwd=old_tree, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    write_old(old_tree, url, old_requests()[:12])
     opened = open_url(url)
     todo = relayout.old_file_keys(list_keys(opened))
     before = state(opened)
@@ -373,11 +375,8 @@ def test_what_reading_both_layouts_costs(old_tree: str, tmp_path: Any) -> None:
     url = f"file://{tmp_path}/store"
     os.makedirs(f"{tmp_path}/store")
     agent = AGENTS[0]
-    lines = json.dumps({"op": "file_write", "agent": agent, "path": "skills/old", "data": b64(b"o"), "version": 0})
-    run = subprocess.run([sys.executable, "-c", WRITER, url], input=lines + "\n",
-                         env=dict(os.environ, PYTHONPATH=old_tree), capture_output=True, text=True, cwd=old_tree,
-                         timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    write_old(old_tree, url, [{"op": "file_write", "agent": agent, "path": "skills/old", "data": b64(b"o"),
+                               "version": 0}])
     opened = open_url(url)
     store = opened.store
     counts = {"get": 0, "put": 0}
@@ -462,10 +461,7 @@ def test_old_files_changed_by_these_drivers_then_moved(old_tree: str, tmp_path: 
 
     url = f"file://{tmp_path}/store"
     os.makedirs(f"{tmp_path}/store")
-    lines = "".join(json.dumps(r) + "\n" for r in old_requests()[:12])
-    run = subprocess.run([sys.executable, "-c", WRITER, url], input=lines, env=dict(os.environ, PYTHONPATH=old_tree),
-                         capture_output=True, text=True, cwd=old_tree, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
+    write_old(old_tree, url, old_requests()[:12])
     opened = open_url(url)
     agent = AGENTS[0]
 
