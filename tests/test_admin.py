@@ -33,8 +33,8 @@ from cloudstore.validate import Agent
 #: The migrate test's store: the issue asks for 10,000 events and 1,000 files; the suite keeps a
 #: smaller one so it stays quick (set LNK_ADMIN_BIG=1 to run the full size).
 BIG = os.environ.get("LNK_ADMIN_BIG") == "1"
-EVENTS = 10_000 if BIG else 1_200
-FILES = 1_000 if BIG else 120
+EVENTS = 10_000 if BIG else 600
+FILES = 1_000 if BIG else 60
 #: How long writers race gc (seconds).
 RACE_SECONDS = 4.0
 
