@@ -71,8 +71,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"SKIPPED {len(_SEAWEED_LEFT_OUT)} runs on SeaweedFS: {SEAWEED_MISSING}")
 
 
-def _trimmed_on_seaweedfs(item: pytest.Item) -> bool:
-    """A run on SeaweedFS of a test its module leaves out there: a module may name in
+def _trimmed(item: pytest.Item) -> bool:
+    """A run on an emulator of a test its module leaves out there: a module may name in
     ``SEAWEEDFS_TESTS`` the only tests it runs on SeaweedFS (the others show nothing the runs on
     moto do not: the SDK's or the proxy's own behaviour), by function or by one run's name
     (``test_x[seaweedfs-case]``).  ``GCS_TESTS`` and ``MOTO_TESTS`` do the same for
@@ -111,7 +111,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         callspec = getattr(item, "callspec", None)
         if (callspec is not None and callspec.params.get("store") == SEAWEEDFS
-                and item.path.name not in ON_SEAWEEDFS) or _trimmed_on_seaweedfs(item):
+                and item.path.name not in ON_SEAWEEDFS) or _trimmed(item):
             dropped.append(item)
             continue
         if _on_seaweedfs(item):

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..client import DriverError, ServeProcess, dumps
-from .expect import Json
+from .expect import Json, is_number
 from .harness import CheckSet, Ctx
 from .judge import History, fail
 
@@ -151,8 +151,9 @@ def _check_events(p: Asker, a: dict[str, Json], st: dict[str, Json]) -> str:
     return ""
 
 
-#: The least due the contract allows (wire.md): the check's job is due before any other job in the store,
-#: so ``job_next``, which answers for every agent of the store, must answer at most its due.
+#: A due at or before any other job's in the store (the least that this project's drivers keep in waiting:
+#: ``validate.DUE_MAX``; the contract says only "number", and this one is exact as an integer and a double),
+#: so ``job_next``, which answers for every agent of the store, must answer at most it while the job waits.
 DUE_LEAST = -(2**53 - 1)
 
 
@@ -179,7 +180,7 @@ def _check_job(p: Asker, a: dict[str, Json], st: dict[str, Json]) -> str:
         return f"the job whole in {places[0]}: got {got}"
     if places == ["waiting"]:
         soonest = p.ask(a, "job_next").get("next")
-        if not isinstance(soonest, (int, float)) or isinstance(soonest, bool) or soonest > DUE_LEAST:
+        if not is_number(soonest) or soonest > DUE_LEAST:  # type: ignore[operator]  # a number: just checked
             return (f"the job is in waiting, due {DUE_LEAST}, but job_next answered {soonest}: "
                     "a waiting job the next ops do not see as due")
     reply = p.ask(a, "job_shift", id=st["j"], **{"from": places[0], "to": "ending"})
