@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,9 @@ BACKENDS = ("file", "moto", "gcs")
 #: ``store`` fixture runs on it too, but only in the files of conftest's ``ON_SEAWEEDFS`` (what
 #: moto cannot show: path semantics, real conditional writes), to keep CI's time.
 SEAWEEDFS = "seaweedfs"
+
+#: lnk-bucket-store with one defect, chosen by ``ZOO_BREAK`` (tests/broken_drivers/zoo_s3.py), as a program.
+ZOO_PROGRAM = (sys.executable, str(Path(__file__).resolve().parent / "broken_drivers" / "zoo_s3.py"))
 
 #: The S3 servers: the ones ``lnk-bucket-store`` reaches through ``AWS_ENDPOINT_URL_S3``.
 S3_SERVERS = ("moto", SEAWEEDFS)

@@ -7,11 +7,11 @@ refusals each fail when the driver gets exactly that wrong.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support import ZOO_PROGRAM
 
 from cloudstore.conformance import Report, run
 
@@ -48,13 +48,10 @@ def test_defect_is_caught_by_its_check(toy: Callable[..., Report], defect: str) 
     assert report.summary() == f"{report.passed} passed, {report.failed} failed"
 
 
-ZOO = Path(__file__).resolve().parent.parent / "broken_drivers" / "zoo_s3.py"
-
-
 def test_a_stale_appender_that_packs_what_it_sent_fails_taken_at_a_block_end(tmp_path: Path) -> None:
     """zoo_s3's ``packing_rewrites`` (lnk-bucket-store, on a folder: no fault is needed to show it)."""
     check = "check.taken_at_a_block_end"
-    report = run((sys.executable, str(ZOO)), env={"LNK_BUCKET_URL": f"file://{tmp_path}",
+    report = run(ZOO_PROGRAM, env={"LNK_BUCKET_URL": f"file://{tmp_path}",
                                                   "ZOO_BREAK": "packing_rewrites"}, checks=[check])
     assert report.failed_names() == {check}, report.failures()
     assert "the stored one, not the one told taken" in report.failures()

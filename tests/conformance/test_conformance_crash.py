@@ -7,14 +7,13 @@ the kill points are the same requests without an emulator (the rig of
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from support import ZOO_PROGRAM
 
 from cloudstore.conformance import crash_checks, run
 
-ZOO = Path(__file__).resolve().parent.parent / "broken_drivers" / "zoo_s3.py"
 SEED = 20261202
 
 
@@ -39,7 +38,7 @@ CAUGHT_BY = {
 @pytest.mark.parametrize("defect", sorted(CAUGHT_BY))
 def test_a_crash_zoo_driver_fails_the_check_named_for_it(tmp_path: Path, defect: str) -> None:
     check, says = CAUGHT_BY[defect]
-    report = run((sys.executable, str(ZOO)), env={"LNK_BUCKET_URL": f"file://{tmp_path}", "ZOO_BREAK": defect},
+    report = run(ZOO_PROGRAM, env={"LNK_BUCKET_URL": f"file://{tmp_path}", "ZOO_BREAK": defect},
                  crash=True, quick=True, seed=SEED, checks=[check])
     assert report.failed_names() == {check}, report.failures()
     notes = "\n".join(report.notes)

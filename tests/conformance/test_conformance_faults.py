@@ -10,19 +10,16 @@ elsewhere.
 
 from __future__ import annotations
 
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
+from support import ZOO_PROGRAM
 
 from cloudstore.conformance import fault_checks, run
 from cloudstore.conformance.cli import main
 
 pytestmark = pytest.mark.timeout(600)
-
-ZOO = Path(__file__).resolve().parent.parent / "broken_drivers" / "zoo_s3.py"
-ZOO_PROGRAM = (sys.executable, str(ZOO))
 SEED = 20261202
 
 #: Each zoo driver's defect, and the check named for it.
@@ -65,7 +62,7 @@ def test_zoo_driver_fails_the_check_named_for_it(moto_server, defect: str) -> No
 def test_a_failure_replays_with_its_seed(moto_server, capsys: pytest.CaptureFixture[str]) -> None:
     """The CLI prints the seed of a failure; run again with --seed it fails the same way."""
     env = [f"--env={k}={v}" for k, v in {**moto_env(moto_server), "ZOO_BREAK": "local_clock"}.items()]
-    argv = ["--faults", "--quick", "--check", "faults.store_time", *env, f"{sys.executable} {ZOO}"]
+    argv = ["--faults", "--quick", "--check", "faults.store_time", *env, " ".join(ZOO_PROGRAM)]
     assert main(argv) == 1
     first = capsys.readouterr().out
     seed = int(first.split("faults: seed ", 1)[1].split(" ", 1)[0])
