@@ -2,7 +2,8 @@
 
 Prints one line per check (name, PASS/FAIL, time in ms, and for a failure
 what was expected and what came back), notes as lines starting with ``#``,
-then ``N passed, M failed`` alone on the last line. Exits 0 when every check
+then ``N passed, M failed`` (``, K not judged`` when a check was not run
+because one it builds on failed) alone on the last line. Exits 0 when every check
 passed, 1 when any failed, 2 on a usage error (bad options, or options that
 select no check).
 
@@ -36,7 +37,8 @@ def parser() -> argparse.ArgumentParser:
         description="Check that a Link store driver program keeps the store contract (docs/protocol.md), "
         "driving it only through its commands: contract, call and serve.",
         epilog="Prints one line per check (name, PASS or FAIL, time; for a failure what was expected and what "
-        "came back), then 'N passed, M failed'. Exit status: 0 when every check passed, 1 when any failed, "
+        "came back; NOT JUDGED for a check whose premise, another check, failed), then 'N passed, M failed'. "
+        "Exit status: 0 when every check passed, 1 when any failed, "
         "2 on a usage error or when no check matched. "
         "With --faults (drivers that reach their store over HTTP: the endpoint an http:// setting in --env, "
         "AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or STORAGE_EMULATOR_HOST) the suite starts its own fault proxy "

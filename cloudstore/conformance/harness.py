@@ -61,7 +61,10 @@ class Check:
     """One named check. ``program`` checks run the program's commands themselves,
     once per run, and need a :class:`Driver`; the others go through a transport,
     once per mode. ``slow`` ones are left out by ``quick``; ``serve_only`` ones
-    when the contract does not say serve."""
+    when the contract does not say serve. A check that ``builds_on`` another
+    puts the other's scenario inside its own (a lost reply, and then more):
+    when that one failed earlier in the run, this one is not judged, so one
+    defect is reported once, by the check that shows it plainest."""
 
     name: str
     family: str
@@ -69,6 +72,7 @@ class Check:
     program: bool = False
     slow: bool = False
     serve_only: bool = False  # a program check of `serve`: only for a contract that says serve
+    builds_on: str = ""  # the name of a check of the same family whose failure leaves this one unjudged
 
 
 class CheckSet:
@@ -80,12 +84,12 @@ class CheckSet:
 
     def check(
         self, fn: Callable[[Ctx], None] | None = None, *, program: bool = False, slow: bool = False,
-        serve_only: bool = False,
+        serve_only: bool = False, builds_on: str = "",
     ) -> Any:
         """Register ``fn`` as ``<family>.<fn name>``, bare (``@checks.check``) or with options."""
 
         def register(f: Callable[[Ctx], None]) -> Callable[[Ctx], None]:
-            self.add(Check(f"{self.family}.{f.__name__}", self.family, f, program, slow, serve_only))
+            self.add(Check(f"{self.family}.{f.__name__}", self.family, f, program, slow, serve_only, builds_on))
             return f
 
         return register(fn) if fn is not None else register
@@ -93,6 +97,8 @@ class CheckSet:
     def add(self, check: Check) -> None:
         if any(c.name == check.name for c in self.checks):
             raise ValueError(f"two checks named {check.name}")
+        if check.builds_on and not any(c.name == check.builds_on for c in self.checks):
+            raise ValueError(f"{check.name} builds on {check.builds_on}, which is not registered before it")
         self.checks.append(check)
 
 
@@ -109,9 +115,12 @@ class Result:
     got: str = ""
     what: str = ""
     label: str = ""  # the name as printed (with the mode when a run has several)
+    unjudged: str = ""  # why it was not run: the check it builds on failed (neither passed nor failed)
 
     def line(self) -> str:
         """The result line: name, PASS/FAIL, time; for a failure what was expected and what came back."""
+        if self.unjudged:
+            return f"{self.label or self.name}  NOT JUDGED  {self.unjudged}"
         head = f"{self.label or self.name}  {'PASS' if self.passed else 'FAIL'}  {self.ms:.0f} ms"
         if self.passed:
             return head
@@ -134,14 +143,21 @@ class Report:
 
     @property
     def failed(self) -> int:
-        return sum(not r.passed for r in self.results)
+        return sum(not r.passed and not r.unjudged for r in self.results)
+
+    @property
+    def unjudged(self) -> int:
+        return sum(bool(r.unjudged) for r in self.results)
 
     @property
     def ok(self) -> bool:
         return self.failed == 0 and bool(self.results)
 
     def failed_names(self) -> set[str]:
-        return {r.name for r in self.results if not r.passed}
+        return {r.name for r in self.results if not r.passed and not r.unjudged}
+
+    def unjudged_names(self) -> set[str]:
+        return {r.name for r in self.results if r.unjudged}
 
     def passed_names(self) -> set[str]:
         return {r.name for r in self.results if r.passed}
@@ -150,10 +166,11 @@ class Report:
         return {r.name for r in self.results}
 
     def summary(self) -> str:
-        return f"{self.passed} passed, {self.failed} failed"
+        unjudged = f", {self.unjudged} not judged" if self.unjudged else ""
+        return f"{self.passed} passed, {self.failed} failed{unjudged}"
 
     def failures(self) -> str:
-        """Every failing line, for an assertion message."""
+        """Every failing (or unjudged) line, for an assertion message."""
         return "\n".join(r.line() for r in self.results if not r.passed)
 
 

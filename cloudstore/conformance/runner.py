@@ -216,7 +216,16 @@ def run_faults(
 def _run_seeded(check: Check, ctx: Ctx, mode: str, seed: int, history: History, report: Report,
                 on_result: Callable[[Result], None] | None, say: Callable[[str], None]) -> None:
     """One check of a seeded family (``faults``, ``crash``): its result kept, and a failure's replay line,
-    the fault schedule (under ``faults``: what was armed last) and the history that broke as notes."""
+    the fault schedule (under ``faults``: what was armed last) and the history that broke as notes.
+
+    A check that builds on one that failed in this run is not run (the same defect, already shown)."""
+    if check.builds_on in report.failed_names():
+        result = Result(check.name, check.family, mode, False, 0.0,
+                        unjudged=f"(builds on {check.builds_on}, which failed: fix that first)")
+        report.results.append(result)
+        if on_result:
+            on_result(result)
+        return
     result = run_check(check, ctx, mode)
     report.results.append(result)
     if on_result:

@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from cloudstore.conformance.harness import Check, CheckSet, Report, Result
+
 # As tests/conformance/conftest.py says it (not imported by the name "conftest": with tests/bridge
 # collected in the same run, that name can be the bridge's conftest).
 TOY_PROGRAM = (sys.executable, str(Path(__file__).resolve().parent.parent / "broken_drivers" / "toy_driver.py"))
@@ -63,3 +67,16 @@ def test_a_program_that_does_not_exist_fails(tmp_path: Path) -> None:
     done = cli("--family", "check", "--check", "contract", str(tmp_path / "no-such-driver"))
     assert done.returncode == 1
     assert done.stdout.splitlines()[-1] == "0 passed, 1 failed"
+
+
+def test_a_check_built_on_a_failed_one_is_reported_not_judged() -> None:
+    """One defect reported once: the check that builds on a failed one says so, and counts as neither."""
+    family = CheckSet("demo")
+    with pytest.raises(ValueError, match="not registered before it"):
+        family.add(Check("demo.later", "demo", lambda ctx: None, builds_on="demo.first"))
+    report = Report(results=[Result("demo.first", "demo", "serve", False, 3.0, expected="a", got="b"),
+                              Result("demo.later", "demo", "serve", False, 0.0, unjudged="(builds on demo.first)")])
+    assert report.failed == 1 and report.unjudged == 1 and report.passed == 0 and not report.ok
+    assert report.failed_names() == {"demo.first"} and report.unjudged_names() == {"demo.later"}
+    assert report.summary() == "0 passed, 1 failed, 1 not judged"
+    assert report.results[1].line() == "demo.later  NOT JUDGED  (builds on demo.first)"
