@@ -566,10 +566,13 @@ def _replaced_job(fctx: FaultCtx, world: World, p: Proc, other: Proc, k: int) ->
                      shift_on, judge_job)
 
 
-@checks.check
+@checks.check(builds_on="faults.lost_reply")
 def own_write_replaced(ctx: Ctx) -> None:
     """A write lands, its reply is lost, and before its retry another process writes over it: the retry
-    still knows the write as its own (a file written, then written over; a job shifted, then shifted on)."""
+    still knows the write as its own (a file written, then written over; a job shifted, then shifted on).
+
+    Built on ``lost_reply``: a driver that already mistakes its own write for another's before anyone
+    replaces it fails there, and is not judged here again."""
 
     def body(fctx: FaultCtx, world: World, p: Proc) -> None:
         other = Proc(fctx, "B")
@@ -674,10 +677,15 @@ def append_model(last: Hashable, op: RacedOp) -> list[Hashable]:
     return []
 
 
-@checks.check
+@checks.check(builds_on="faults.lost_reply")
 def racers_linearizable(ctx: Ctx) -> None:
     """Three processes racing `last` then `append` of the next number on one conversation, under seeded lost
-    replies, 5xx and resets: one order of every op (each between its start and its end) explains every reply."""
+    replies, 5xx and resets: one order of every op (each between its start and its end) explains every reply.
+
+    First in seeded turns (each round every racer once, in an order drawn from the seed), so that the same
+    seed replays the same interleaving and every run has a racer asking after others appended since its own
+    last op; then released together, for the interleavings no schedule thought of. Built on ``lost_reply``
+    (the racers' appends lose replies too): it is here for what no single reply shows."""
     fctx, world = world_of(ctx)
     rounds = 4 if world.quick else 10
     racers = [Proc(fctx, f"R{i}") for i in range(3)]
@@ -698,21 +706,28 @@ def racers_linearizable(ctx: Ctx) -> None:
                                next(steps)))
         return reply
 
+    def turn(p: Proc) -> None:
+        last = one(p, "last").get("last")
+        if isinstance(last, int):
+            one(p, "append", event={"seq": last + 1, "by": p.who})
+
     def race(p: Proc) -> None:
         for _ in range(rounds):
-            last = one(p, "last").get("last")
-            if isinstance(last, int):
-                one(p, "append", event={"seq": last + 1, "by": p.who})
+            turn(p)
 
     r = world.rng
     first = r.randint(1, 3)  # a lost reply every third write from a seeded one on (some writes are not appends)
-    faults = [*(Fault("lose_reply", "write", k) for k in range(first, 3 * rounds, 3)),
+    faults = [*(Fault("lose_reply", "write", k) for k in range(first, 6 * rounds, 3)),
               Fault(r.choice(("fail", "reset")), "any", r.randint(1, 12), status=r.choice((500, 503)))]
+    turns = [who for _ in range(rounds) for who in r.sample(range(len(racers)), len(racers))]
     try:
         for p in racers:
             p.warm(agent)
-        fctx.history.scenario(f"3 racers, {rounds} rounds of last + append each")
+        fctx.history.scenario(f"3 racers, {rounds} rounds of last + append each in seeded turns, then {rounds} "
+                              "released together")
         armed(fctx, *faults)
+        for who in turns:
+            turn(racers[who])
         errors: list[BaseException] = []
 
         def run(p: Proc) -> None:

@@ -7,8 +7,9 @@ the defect show.  ``ZOO_BREAK=<name>`` monkeypatches one seam of cloudstore
 before the driver's own main runs (nothing of the package is changed), and
 each must be caught by the check named for it:
 
-  sdk_retries    botocore's own retries left on (3 attempts) and own-write detection off:
-                 the first try's reply lost, the SDK's retry meets it and is told `taken`
+  sdk_retries    botocore's own retries left on (3 attempts): the first try's reply lost, the
+                 SDK retries out of the driver's sight, so the driver never learns its write
+                 may have landed and takes the retry's refusal for another's win (`taken`)
                                                                  -> faults.lost_reply
   still_current  a write whose reply was lost counts as ours only while it is still the
                  current object (not by its lineage): replaced meanwhile, it is `stale`
@@ -16,6 +17,10 @@ each must be caught by the check named for it:
   late_delete    file_remove deletes the object unconditionally: a delete that lands late,
                  after the file was made again, takes the new file with it
                                                                  -> faults.late_landing
+  stale_last     `last` answered from what this process last knew of the conversation: each
+                 reply is one the conversation once had, none is wrong alone, but a `last`
+                 older than an append that ended before it was asked fits no order
+                                                                 -> faults.racers_linearizable
   local_clock    leases judged and written by this machine's clock, not the store's
                                                                  -> faults.store_time
   shift_in_two   job_shift as a put into the target, then a removal from the source: a
@@ -39,12 +44,12 @@ import time
 from typing import Any
 
 BREAK = os.environ.get("ZOO_BREAK", "")
-BREAKS = ("sdk_retries", "still_current", "late_delete", "local_clock", "shift_in_two", "due_before_record",
-          "packing_rewrites")
+BREAKS = ("sdk_retries", "stale_last", "still_current", "late_delete", "local_clock", "shift_in_two",
+          "due_before_record", "packing_rewrites")
 
 
 def sdk_retries() -> None:
-    from cloudstore import generations, s3
+    from cloudstore import s3
 
     plain = s3.config_options
 
@@ -52,7 +57,18 @@ def sdk_retries() -> None:
         return {**plain(timeout), "retries": {"total_max_attempts": 3, "mode": "standard"}}
 
     s3.config_options = config_options
-    generations.own_write_fate = lambda nonce, mode, current: False
+
+
+def stale_last() -> None:
+    from cloudstore import conversations
+
+    plain = conversations.Conversations.last
+
+    def last(self: Any, agent: Any, thread: str) -> int:
+        mem = self.memory.get(self.space.keys(agent).thread(thread))
+        return mem.last if mem is not None else plain(self, agent, thread)  # however old the memory
+
+    conversations.Conversations.last = last
 
 
 def still_current() -> None:
