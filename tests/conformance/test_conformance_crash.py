@@ -1,8 +1,9 @@
-"""``lnk-store-check --crash``: this project's driver passes on a folder; each crash zoo driver fails its check.
+"""``lnk-store-check --crash``: this project's drivers pass on every backend; each crash zoo driver fails its check.
 
-The folder backend honours ``LNK_STORE_FAILPOINT`` as the cloud ones do, so
-the kill points are the same requests without an emulator (the rig of
-``tests/test_crash_points.py`` covers the drivers on the emulators).
+lnk-bucket-store on a folder, moto and SeaweedFS and lnk-gcs on
+fake-gcs-server, in quick mode as CI runs it. The folder backend honours
+``LNK_STORE_FAILPOINT`` as the cloud ones do, so the zoo's kill points are
+the same requests without an emulator.
 """
 
 from __future__ import annotations
@@ -10,17 +11,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import ZOO_PROGRAM
+from support import SEAWEEDFS, ZOO_PROGRAM, make_store
 
 from cloudstore.conformance import crash_checks, run
 
 SEED = 20261202
 
 
-@pytest.mark.slow  # about a minute: a process started and killed per kill point
+@pytest.mark.slow  # about half a minute each: a process started and killed per kill point
 @pytest.mark.timeout(600)
-def test_bucket_store_passes_crash_quick(tmp_path: Path) -> None:
-    report = run("lnk-bucket-store", env={"LNK_BUCKET_URL": f"file://{tmp_path}"}, crash=True, quick=True, seed=SEED)
+@pytest.mark.parametrize("backend", ["file", "moto", "gcs", SEAWEEDFS])
+def test_the_drivers_pass_crash_quick(backend: str, request: pytest.FixtureRequest,
+                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+    store = make_store(backend, request, tmp_path_factory)
+    report = run(store.program, env=store.env, crash=True, quick=True, seed=SEED)
     assert report.ok, report.failures() + "\n" + "\n".join(report.notes)
     assert report.names() == {c.name for c in crash_checks.checks.checks}
     killed = next(n for n in report.notes if n.startswith("crash: ") and "killed" in n)
