@@ -390,6 +390,12 @@ class Jobs:
         took, holder = lease
         if took == "held":
             return Claimed(took, holder, None)
+        if record is None:
+            # No record yet: a put writes the due entry first, and its record a round trip later.
+            # A runner that listed the entry at once read before the record landed, and letting the
+            # lease go then (and taking it again for the same put) was three writes of one object
+            # within a second, the third throttled on GCS. One more read gives the put its round trip.
+            record = self._read(keys, key, remember=True)
         places = _places(record)
         if took == "lapsed" and FIRING in places:  # its last runner died firing it: that one comes first
             return Claimed(took, None, places[FIRING]["job"], recovered=True)

@@ -237,6 +237,31 @@ def test_a_record_written_with_its_reply_lost_still_answers_the_job(machines: Ma
     assert reader.ok("job_mark")["mark"] != mark and reader.ok("job_next")["next"] is None
 
 
+def test_a_claim_that_read_before_the_puts_record_landed_reads_again_and_claims_it(machines: Machines) -> None:
+    """A put writes the job's due entry, then its record: a runner that listed the entry at once can
+    read the record before it lands.  The claim reads once more, and fires the job under the lease it
+    took; letting the lease go and taking it again for the same job was three writes of one object
+    within a second, the third refused by GCS (issue 26)."""
+    a, putter, reader = scheduler(machines("A")), scheduler(machines("putter")), scheduler(machines("reader"))
+    lease_writes: list[str] = []
+
+    def record_read(call: Any) -> bool:
+        return call.op == "get" and call.key.endswith(RECORD_KEY)
+
+    def count_lease_writes(call: Any) -> Fault:
+        if call.is_write and call.key.endswith(LEASE_KEY):
+            lease_writes.append(call.op)
+        return plan(call)
+
+    # The first read of the record finds nothing; the put lands just before the second read is sent.
+    plan = in_order((record_read, Fault.NONE),
+                    (record_read, between(lambda: putter.ok("job_put", place="waiting", job=JOB))))
+    a.plan(count_lease_writes)
+    assert a("job_claim", **claim("runner-A")) == claimed(JOB)
+    assert where(reader) == ["firing"] and holder_of(reader) == "runner-A"
+    assert lease_writes == ["put"], "the lease was written once: taken, not let go and taken again"
+
+
 def test_the_mark_is_written_before_the_record(machines: Machines) -> None:
     """The record write of a claim whose mark write failed for good is never sent."""
     a, reader = scheduler(machines("A")), scheduler(machines("reader"))

@@ -294,6 +294,7 @@ class RateLimit:
     admitted: int = 0  # requests that took a token
     refused: int = 0  # requests answered with the throttle
     refused_names: dict[str, int] = field(default_factory=dict)  # refusals by object name / prefix
+    admitted_names: dict[str, int] = field(default_factory=dict)  # requests that took a token, by name / prefix
 
     def __post_init__(self) -> None:
         if self.kind not in LIMIT_KINDS:
@@ -336,6 +337,7 @@ class RateLimit:
             if tokens >= 1.0 and lucky:
                 self._tokens[subject] = (tokens - 1.0, now)
                 self.admitted += 1
+                self.admitted_names[subject[0]] = self.admitted_names.get(subject[0], 0) + 1
                 return True
             self._tokens[subject] = (tokens, now)
             self.refused += 1

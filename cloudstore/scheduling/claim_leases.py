@@ -7,7 +7,8 @@ who fires it is kept beside it, in a conversation lease on the thread
 * taken BEFORE the job is shifted out of waiting, so a job in firing always
   has a live lease unless its runner died (then it lapses and another runner
   takes it back, ``take`` answering ``lapsed``);
-* renewed every lapse/3 by one thread for every claim this runner holds,
+* renewed every lapse/3 by one thread for every claim this runner holds
+  (one confirmed under ``FRESH`` before a round waits for the next),
   through a driver process of its own where the runner has one serve
   process (so a renewal never queues behind the runner's claims);
 * ended once the job has left firing, never before (a runner that can't tell
@@ -33,6 +34,11 @@ from .log import log
 from .store_client import Agent, AgentStore, StoreCallError
 
 FENCE = 2 / 3  # of the lapse: kill a fire whose claim is this stale (leaves lapse/3 for skew and the kill)
+#: A claim confirmed less than this long ago (at most lapse/6) is renewed at the next round, not
+#: this one: GCS takes about one write a second per object, and a renewal a moment after the take
+#: spent the lease's burst, so the claim's end soon after was refused and retried for a second.
+#: Renewed a round later, a claim is at most lapse/6 + lapse/3 old, short of the fence.
+FRESH = 1.0
 THREAD_PREFIX = "job:"
 
 
@@ -48,6 +54,7 @@ class Claim:
         self.store = store
         self.job_id = job_id
         self.took = took  # "took" or "lapsed" (a previous holder died)
+        self.started = confirmed  # time.monotonic() when the take was sent: the claim's writes come after
         self.confirmed = confirmed  # time.monotonic() when the last successful take/renew was sent
         self._lost: str | None = None
         self._lock = threading.Lock()
@@ -119,6 +126,14 @@ class Claims:
             claim.lose("fenced")
         return claim.lost
 
+    def renews_now(self, claim: Claim, now: float | None = None) -> bool:
+        """Whether this renewal round renews ``claim``: not when fenced or lost, nor when confirmed less
+        than ``FRESH`` (at most lapse/6) ago; the next round, lapse/3 on, is still short of the fence."""
+        if self.stale(claim) is not None:
+            return False
+        now = time.monotonic() if now is None else now
+        return now - claim.confirmed >= min(FRESH, self.lapse / 6)
+
     def release(self, claim: Claim) -> None:
         """The job has left firing: end the lease so the id can be claimed again at once."""
         self.forget(claim)
@@ -181,7 +196,7 @@ class Claims:
             with self._lock:
                 held = list(self._held.values())
             for claim in held:
-                if self.stale(claim) is not None:
+                if not self.renews_now(claim):
                     continue
                 sent = time.monotonic()
                 try:

@@ -10,9 +10,10 @@ protocol's ops, a ``take`` then a shift and a read back.
 ``Claimer.reclaim`` takes back a
 job left in firing by a runner that died: the lease (``take`` answers
 ``lapsed``, or ``took`` when the lease is already this runner's), then a
-fresh read that the job is still there.  Either way a worker thread fires it
-and then finishes it: out of firing (into ending when ``keep_ending``), lease
-ended.
+fresh read that the job is still there.  Either way a worker thread fires it;
+its finish (out of firing, into ending when ``keep_ending``, then the lease
+ended) is queued for ``FINISH_PACE`` after the claim began and sent from a
+thread of its own, so the worker's slot is free once the fire has ended.
 
 A job is claimed only when a worker slot is free, so a runner never sits on
 claimed jobs it can't fire yet while other runners could.  Whatever this
@@ -33,6 +34,7 @@ from .claim_leases import Claim, Claims, lease_thread
 from .fire import FireCommand
 from .log import log
 from .store_client import Agent, AgentStore, StoreCallError
+from .timer_queue import TimerQueue
 
 EARLY = 0.001  # a job read back from firing due later than this past now was replaced: it isn't due
 
@@ -45,6 +47,16 @@ def due_of(job: dict[str, Any]) -> float:
 
 FINISH_TRIES = 8  # a finish tried this often while the claim is ours (each try retries inside the driver too)
 FINISH_WAIT, FINISH_WAIT_MAX = 0.5, 5.0  # seconds between tries: doubling, at most this
+#: Seconds from a claim's start to its finish at the soonest.  GCS takes about one write a
+#: second per object (a burst of two): a job put and claimed within the second has spent its
+#: record's burst, and a finish sent at once was refused and retried inside the driver for up to
+#: a second, holding a worker slot and one of the runner's few driver processes, so claims
+#: queued behind finishes and jobs at 10 a second fired seconds late.  A finish a second after
+#: the claim started (so after the put too) meets a refilled token.  It waits off the worker
+#: (``TimerQueue``), under the claim's lease, which is renewed meanwhile: the job shows in
+#: firing a little longer, and nothing else changes.
+FINISH_PACE = 1.0
+FINISHING_PER_WORKER = 8  # finishes waiting for their pace per worker slot, at most (10 a second for 4 workers)
 
 
 class Claimer:
@@ -58,6 +70,10 @@ class Claimer:
         self.fired = 0
         self._slots = threading.BoundedSemaphore(workers)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="fire")
+        # Finishes, each at its claim's start + FINISH_PACE, on threads of their own; at most
+        # FINISHING_PER_WORKER * workers wait or run at once (a worker past that waits with its slot).
+        self._finishes = TimerQueue(workers, "finish")
+        self._finishing = threading.BoundedSemaphore(FINISHING_PER_WORKER * workers)
         self._inflight: set[tuple[Agent, str]] = set()
         self._lock = threading.Lock()
 
@@ -89,13 +105,22 @@ class Claimer:
             self._inflight.discard((agent, job_id))
 
     def shutdown(self) -> None:
-        """Wait for the fires under way to finish."""
+        """Wait for the fires under way to end, then finish each at once (a stopping runner does not
+        wait out the pace)."""
         self._pool.shutdown(wait=True)
+        self._finishes.close()
 
     # -- claiming ----------------------------------------------------------------
 
-    def dispatch(self, store: AgentStore, job_id: str, told: Callable[[str], None]) -> bool:
+    def dispatch(self, store: AgentStore, job_id: str, told: Callable[[str], None], look_first: bool = False) -> bool:
         """Claim, fire and finish a due job on a worker; the caller holds a slot, which the worker frees.
+
+        ``look_first``: the job was another runner's to claim and waited a grace for it, so most
+        likely it has been claimed, fired and finished since the poll that listed it.  The worker
+        reads it first (``job_get``: a read, which no cloud limits per object) and claims only a
+        job still waiting: taking the lease at once, as a claim does, wrote the lease of a job
+        long gone and then its release, two writes of one object within a second, and at three
+        runners most of the GCS throttles were these.
 
         False (the slot still the caller's) when this runner has the job in
         flight already.  How the claim went is told to ``told`` from the
@@ -106,7 +131,7 @@ class Claimer:
         """
         if not self._enter(store.agent, job_id):
             return False
-        self._pool.submit(self._claim_and_fire, store, job_id, told)
+        self._pool.submit(self._claim_and_fire, store, job_id, told, look_first)
         return True
 
     def reclaim(self, store: AgentStore, job_id: str) -> str:
@@ -134,23 +159,27 @@ class Claimer:
         self._pool.submit(self._fire_and_finish, store, job, claim, True)
         return "claimed"
 
-    def _claim_and_fire(self, store: AgentStore, job_id: str, told: Callable[[str], None]) -> None:
+    def _claim_and_fire(self, store: AgentStore, job_id: str, told: Callable[[str], None],
+                        look_first: bool = False) -> None:
         claim: Claim | None = None
         outcome = "held"
         try:
-            if store.own_driver:
-                claim, found = self._claim_leased(store, job_id)
+            if look_first and store.get("waiting", job_id) is None:
+                outcome = "gone"  # claimed and gone since it was listed: nothing written for it
             else:
-                claim = self.claims.take(store, job_id)
-                found = self._claim(store, job_id, claim) if claim is not None else None
-            if claim is not None:
-                if found is not None:
-                    job, recovered = found
-                    outcome = "claimed"
-                    told(outcome)
-                    self._fire_and_finish(store, job, claim, recovered)  # frees the slot and the job
-                    return
-                outcome = "gone"
+                if store.own_driver:
+                    claim, found = self._claim_leased(store, job_id)
+                else:
+                    claim = self.claims.take(store, job_id)
+                    found = self._claim(store, job_id, claim) if claim is not None else None
+                if claim is not None:
+                    if found is not None:
+                        job, recovered = found
+                        outcome = "claimed"
+                        told(outcome)
+                        self._fire_and_finish(store, job, claim, recovered)  # frees the slot and the job
+                        return
+                    outcome = "gone"
         except StoreCallError as exc:
             if claim is not None:
                 self.claims.forget(claim)  # where the job is is unknown: the lease lapses, recovery looks
@@ -202,8 +231,9 @@ class Claimer:
     # -- firing and finishing ------------------------------------------------------
 
     def _fire_and_finish(self, store: AgentStore, job: dict[str, Any], claim: Claim, recovered: bool) -> None:
+        """Fire on this worker; the finish is handed on (``_finish_paced``), and the slot freed."""
         agent, job_id = store.agent, job["id"]
-        later = False  # the finish handed to the renewer: the job stays in flight until it is settled
+        handed = False  # the finish is queued: the job stays in flight until it is settled
         try:
             result = self.fire.run(agent, job, recovered, lambda: self.claims.stale(claim))
             with self._lock:
@@ -227,17 +257,36 @@ class Claimer:
                 # Another runner has it, or may take it any moment: it fires it again and finishes it.
                 self.claims.forget(claim)
                 return
+            self._finishing.acquire()
+            handed = True
+            self._finishes.at(claim.started + FINISH_PACE, lambda: self._finish_paced(store, job_id, claim))
+        except Exception as exc:  # a bug must not keep the slot taken
+            log("worker_failed", runner=self.holder, agent=agent.label(), job=job_id, error=repr(exc))
+            self.claims.forget(claim)
+        finally:
+            if not handed:
+                self._leave(agent, job_id)
+            self._slots.release()
+
+    def _finish_paced(self, store: AgentStore, job_id: str, claim: Claim) -> None:
+        """The finish of a fire that ended, on a finishing thread at its pace."""
+        agent = store.agent
+        later = False  # the finish handed to the renewer: the job stays in flight until it is settled
+        try:
+            if claim.lost is not None:  # lost while the finish waited: its new holder fires it and finishes it
+                self.claims.forget(claim)
+                return
             later = self._finish(store, job_id, claim)
         except StoreCallError as exc:
             log("finish_failed", runner=self.holder, agent=agent.label(), job=job_id, error=str(exc))
             self.claims.forget(claim)
-        except Exception as exc:  # a bug must not keep the slot taken
+        except Exception as exc:  # a bug must not keep the job in flight
             log("worker_failed", runner=self.holder, agent=agent.label(), job=job_id, error=repr(exc))
             self.claims.forget(claim)
         finally:
             if not later:
                 self._leave(agent, job_id)
-            self._slots.release()
+            self._finishing.release()
 
     def _finish_once(self, store: AgentStore, job_id: str) -> bool:
         """One finish request: whether the job was in firing (and has left it)."""

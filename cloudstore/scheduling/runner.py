@@ -67,6 +67,11 @@ from .watch import Due, Poll, Source
 WORKERS = 4  # jobs a runner fires at once by default: one long fire doesn't hold up the others
 SPREAD_WINDOW = 1.0  # due jobs within one such window of seconds are claimed in a runner's own order
 STALE_POLL = 0.25  # seconds after which what a poll showed is polled afresh before claiming on
+#: A job this many seconds past its due when handed out is read before it is claimed (as one
+#: deferred to its owner is): late, it has most likely been claimed and finished meanwhile
+#: (a backlog, or a poll a while old), and a claim takes the lease first: two writes of one
+#: object, the lease's take and release, for a job long gone.
+LATE_LOOK = 1.0
 GONE_FOR = 180.0  # an index entry refused as gone is left alone this long (the index drops it within GRACE)
 SWEEP_POLLS = 5  # sweep steps (one agent's firing listed) are at least this many poll intervals apart
 RETRY_MAX = 16.0  # seconds: the longest wait before the runner asks a failing store again (an outage)
@@ -366,7 +371,9 @@ class Runner:
                 continue
             if not self.claimer.acquire_slot(self._stop.is_set):
                 return None, later
-            if self.claimer.dispatch(found.store, found.job, self._on_told(found, owner)):
+            # Waited a grace for its owner, or late: most likely claimed and gone by now.
+            look = owner != self.holder or now - found.due > LATE_LOOK
+            if self.claimer.dispatch(found.store, found.job, self._on_told(found, owner), look_first=look):
                 self._handed.add(identity(found))
                 claimed += 1
             else:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cloudstore.scheduling.peers import Peers, weight
-from cloudstore.scheduling.runner import Runner, Timing
+from cloudstore.scheduling.runner import LATE_LOOK, Runner, Timing
 from cloudstore.scheduling.store_client import Agent, AgentStore
 from cloudstore.scheduling.watch import Due, Poll
 
@@ -39,6 +39,7 @@ class RecordingClaimer:
     def __init__(self) -> None:
         self.handed: list[str] = []
         self.told: dict[str, Callable[[str], None]] = {}
+        self.looked: set[str] = set()  # handed to be read before they are claimed
 
     def busy(self, agent: Agent, job_id: str) -> bool:
         return False
@@ -49,8 +50,10 @@ class RecordingClaimer:
     def release_slot(self) -> None:
         pass
 
-    def dispatch(self, store: AgentStore, job_id: str, told: Callable[[str], None]) -> bool:
+    def dispatch(self, store: AgentStore, job_id: str, told: Callable[[str], None], look_first: bool = False) -> bool:
         self.handed.append(job_id)
+        if look_first:
+            self.looked.add(job_id)
         self.told[job_id] = told
         return True
 
@@ -114,6 +117,22 @@ def test_a_job_is_claimed_at_once_by_its_owner_only_and_by_others_after_a_grace(
     assert r.claim_due(polls, 1000.0 + grace - 0.01) == (0, 1000.0 + grace), "handed twice from one poll"
     handed, later = r.claim_due(polls, 1000.0 + grace)
     assert set(claimer.handed) == set(JOBS) and len(claimer.handed) == len(JOBS) and later is None
+
+
+def test_a_job_deferred_to_its_owner_or_late_is_read_before_it_is_claimed() -> None:
+    """Most likely claimed and finished by the time it is handed out: a read, and no lease written for it."""
+    holders = ["A", "B", "C"]
+    r, claimer, store = runner("A", "B", "C")
+    mine = {job for job in JOBS if owner_of(job, holders) == "A"}
+    polls = polled(r, store, JOBS, 1000.0)
+    r.claim_due(polls, 1000.0)
+    assert set(claimer.handed) == mine and not claimer.looked, "its own jobs, due now: claimed at once"
+    r.claim_due(polls, 1000.0 + r.timing.grace)
+    assert claimer.looked == set(JOBS) - mine, "the others' jobs, a grace after their owner's turn: read first"
+    r, claimer, store = runner("A")
+    dues = {"late": 1000.0 - LATE_LOOK - 0.01, "due": 1000.0 - LATE_LOOK}
+    r.claim_due(polled(r, store, dues, 1000.0), 1000.0)
+    assert sorted(claimer.handed) == ["due", "late"] and claimer.looked == {"late"}
 
 
 def test_a_job_seen_late_waits_a_grace_from_when_it_was_seen_not_from_its_due() -> None:

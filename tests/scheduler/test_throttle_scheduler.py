@@ -135,6 +135,33 @@ def test_one_agents_jobs_at_10_a_second_under_the_cloud_limit(limited: Limited, 
     assert old_mark == {}, "the old single mark is written no more"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("limited", ["gcs"], indirect=True)  # S3's limit is per prefix, thousands a second
+def test_jobs_fired_at_once_are_finished_and_let_go_without_a_throttle(limited: Limited, limited_rig: Rig) -> None:
+    """Case 1's cause, one job at a time: its put, claim and finish write its record three times.
+
+    Sent the moment its fire ended, the finish was the third write within the second of the put: on
+    GCS refused (429) and retried inside the driver for up to a second, holding a worker slot and one
+    of the runner's driver processes, so at 10 jobs a second claims queued behind finishes.  Paced a
+    second after the claim began (``claiming.FINISH_PACE``), and its lease not renewed a moment
+    after it was taken (``claim_leases.FRESH``), no write of a job's record or lease is refused.
+    """
+    rig = limited_rig
+    rig.start_runner(poll_interval=0.5, workers=4)
+    rig.wait_started(120)
+    jobs = [f"paced{n}" for n in range(4)]
+    for job in jobs:
+        rig.put(AGENT, job, time.time())  # due now: the runner is nudged, the claim follows the put at once
+        time.sleep(0.3)
+    wait_for(lambda: {r["job"] for r in rig.records("start")} >= set(jobs), 60, "every job to fire")
+    wait_for(rig.empty, 60, "every job to leave firing")
+    refused = {name: n for name, n in limited.limit.refused_names.items()
+               if any(name.endswith(f"/j/_{job}") or name.endswith(f"/l/_job%3A{job}") for job in jobs)}
+    assert refused == {}, f"writes of a job's record or lease refused for the rate: {refused}"
+    records = {name.rsplit("/j/_", 1)[1]: n for name, n in limited.limit.admitted_names.items() if "/j/_paced" in name}
+    assert records == {job: 3 for job in jobs}, "each record written three times: put, claim, finish"
+
+
 def stuck(rig: Rig, limited: Limited) -> str:
     """What a timed-out wait saw: jobs fired, jobs left in each place, requests at the proxy, each
     runner's last log lines (a slow emulator and a stalled runner look alike without them)."""
