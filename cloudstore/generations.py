@@ -415,6 +415,8 @@ class RetryingStore:
     ``Transient`` after it was sent) and whose retry then fails its
     precondition reads the object and judges by its lineage
     (``own_write_fate``): ours, certainly another's, or ``outcome unknown``.
+    A conditional write refused for its rate reads the object before it is
+    sent again (``_still_possible``), and is not sent when it can only fail.
 
     ``requests`` counts every backend request; ``writes`` every write that
     landed or may have (all but those the store refused: precondition
@@ -540,31 +542,64 @@ class RetryingStore:
         history = mode.lineage[:HISTORY]
         raw = frame(nonce, payload, history)
         maybe_landed = [False]
+        throttled = [False]
+
+        def judged(refused: StoreError) -> str | None:
+            """A refusal of our write: another's win, unless a try whose reply was lost was ours."""
+            if not maybe_landed[0]:
+                raise refused
+            current = self._request(lambda: self.backend.get(key))
+            fate = own_write_fate(nonce, mode, None if current is None else current[0])
+            if fate is None:
+                raise StoreUnavailable(
+                    "a write whose reply was lost met another write: outcome unknown", True
+                ) from refused
+            if not fate:
+                raise refused
+            assert current is not None
+            return current[1] if frame_nonce(current[0]) == nonce else None
 
         def attempt() -> str | None:
+            if throttled[0]:  # a read, outside the write's try: its failure says nothing of the write
+                try:
+                    self._still_possible(key, mode)
+                except (AlreadyExists, PreconditionFailed) as refused:
+                    return judged(refused)
             try:
                 return self._request(lambda: self.backend.put(key, raw, mode), is_write=True)
             except Throttled:
+                throttled[0] = True
                 raise  # refused before it was applied: not a write that may have landed
             except Transient:
                 maybe_landed[0] = True
                 raise
             except (AlreadyExists, PreconditionFailed) as refused:
-                if not maybe_landed[0]:
-                    raise
-                current = self._request(lambda: self.backend.get(key))
-                fate = own_write_fate(nonce, mode, None if current is None else current[0])
-                if fate is None:
-                    raise StoreUnavailable(
-                        "a write whose reply was lost met another write: outcome unknown", True
-                    ) from refused
-                if not fate:
-                    raise
-                assert current is not None
-                return current[1] if frame_nonce(current[0]) == nonce else None
+                return judged(refused)
 
         version = self._retry(attempt, True, "put")
         return Object(payload, version, nonce, history)
+
+    def _still_possible(self, key: str, mode: PutMode) -> None:
+        """Before a conditional write refused for its rate is sent again: read where it stands.
+
+        A throttle on one object means others write it now.  Where the
+        precondition no longer holds (a create beside an object, an update of
+        a version replaced) the retry can only be refused: raise that refusal
+        here (``AlreadyExists`` / ``PreconditionFailed``, judged as the
+        store's own would be, own writes included) and spend no write.  On GCS
+        a refused write still counts against the object's second, so at three
+        runners racing one lease each loser's doomed retries kept the limit
+        spent for the winner's next write.  The object may change again after
+        this read; the refusal stands for a moment inside the op, as the
+        store's would.
+        """
+        if isinstance(mode, Overwrite):
+            return
+        current = self._request(lambda: self.backend.get(key, FRAME_MAX))
+        if isinstance(mode, Create) and current is not None:
+            raise AlreadyExists(f"{key}: written by another while this create waited out a throttle")
+        if isinstance(mode, Update) and (current is None or current[1] != mode.version):
+            raise PreconditionFailed(f"{key}: replaced while this update waited out a throttle")
 
     def put_fresh(self, key: str, make: Callable[[], bytes], wait_throttles: bool = True) -> Object:
         """Overwrite ``key`` with a payload ``make()`` makes anew for EVERY attempt.

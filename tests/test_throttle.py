@@ -316,3 +316,81 @@ def test_a_4xx_refusal_of_a_write_says_nothing_was_changed(throttled: Proxied, s
     assert reply["reply"] == "error", reply
     assert "outcome unknown" not in reply["error"] and reply["error"].endswith(UNCHANGED_WORDS), reply
     assert f"({status}" in reply["error"], reply
+
+
+class Racing:
+    """A backend in memory whose first write of each key is refused for its rate while another
+    writer's write of that key lands (``rival``: what the other does then); records every request."""
+
+    def __init__(self, rival: str) -> None:
+        self.rival = rival
+        self.objects: dict[str, tuple[bytes, str]] = {}
+        self.sent: list[tuple[str, str]] = []  # (op, key)
+        self.refused: set[str] = set()
+        self.versions = iter(range(1, 10**6))
+
+    def get(self, key: str, head: int | None = None) -> tuple[bytes, str] | None:
+        self.sent.append(("get", key))
+        got = self.objects.get(key)
+        return None if got is None else (got[0] if head is None else got[0][:head], got[1])
+
+    def put(self, key: str, raw: bytes, mode: Any) -> str:
+        from cloudstore.generations import AlreadyExists, Create, PreconditionFailed, Update, frame
+
+        self.sent.append(("put", key))
+        if key not in self.refused:
+            self.refused.add(key)
+            if self.rival == "writes":  # another writer's write lands meanwhile
+                self.objects[key] = (frame("f" * 32, b"theirs"), f"v{next(self.versions)}")
+            raise Throttled("429 rateLimitExceeded")
+        current = self.objects.get(key)
+        if isinstance(mode, Create) and current is not None:
+            raise AlreadyExists(key)
+        if isinstance(mode, Update) and (current is None or current[1] != mode.version):
+            raise PreconditionFailed(key)
+        version = f"v{next(self.versions)}"
+        self.objects[key] = (raw, version)
+        return version
+
+    def delete(self, key: str, version: str | None) -> None:
+        raise AssertionError("not used")
+
+    def list(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[Any]:
+        raise AssertionError("not used")
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        raise AssertionError("not used")
+
+
+QUICK = RetryPolicy(first_delay=0.0, max_delay=0.0, throttle_delay=0.0)
+
+
+@pytest.mark.parametrize("kind", ["create", "update"])
+def test_a_conditional_write_whose_precondition_fell_while_throttled_is_not_sent_again(kind: str) -> None:
+    """Others write an object its throttle names: read before the retry, and a write that can only be
+    refused is refused here, with no second write sent (on GCS even a refused write spends the second)."""
+    from cloudstore.generations import AlreadyExists, Create, PreconditionFailed, Update
+
+    backend = Racing(rival="writes")
+    store = RetryingStore(backend, QUICK)  # type: ignore[arg-type]
+    if kind == "update":
+        backend.refused.add("k")
+        mode: Any = Update(store.put("k", b"first", Create()).version or "")
+        backend.refused.discard("k")
+    else:
+        mode = Create()
+    backend.sent.clear()
+    with pytest.raises(AlreadyExists if kind == "create" else PreconditionFailed):
+        store.put("k", b"mine", mode)
+    assert backend.sent == [("put", "k"), ("get", "k")], backend.sent
+    assert store.writes == (1 if kind == "update" else 0), "a refused write is no change"
+
+
+def test_a_throttled_write_whose_precondition_still_holds_is_sent_again() -> None:
+    from cloudstore.generations import Create
+
+    backend = Racing(rival="idle")
+    store = RetryingStore(backend, QUICK)  # type: ignore[arg-type]
+    written = store.put("k", b"mine", Create())
+    assert backend.sent == [("put", "k"), ("get", "k"), ("put", "k")], backend.sent
+    assert store.get("k") is not None and store.get("k").data == b"mine" and written.version  # type: ignore[union-attr]
