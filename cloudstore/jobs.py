@@ -361,7 +361,7 @@ class Jobs:
             self.nudge(wake.encode_name(agent.wire(), job_id, job["due"]))
         return job
 
-    def claim(self, agent: Agent, job_id: str, take: Callable[[], tuple[str, str | None]],
+    def claim(self, agent: Agent, job_id: str, take: Callable[[Callable[[str], bool]], tuple[str, str | None]],
               release: Callable[[], None], not_after: float) -> Claimed:
         """The runner's claim: its lease with the record read, then the mark and the claim entry, then the record.
 
@@ -386,10 +386,28 @@ class Jobs:
         """
         keys = self.space.keys(agent)
         key = keys.job(job_id)
-        lease, record = self.space.at_once(take, lambda: self._read(keys, key, remember=True))
+        read: list[dict[str, Any] | None] = []  # the record, once its read is back
+
+        def read_record() -> dict[str, Any] | None:
+            record = self._read(keys, key, remember=True)
+            read.append(record)
+            return record
+
+        def wanted(answer: str) -> bool:
+            """Asked by a take whose guess met a head: is the lease still worth a write?  Not when the
+            record read beside it shows the job gone from waiting (and, for a lapsed lease, from
+            firing): taken, it would only be let go.  Unknown yet, or no record yet: yes."""
+            if not read or read[0] is None:
+                return True
+            places = _places(read[0])
+            return WAITING in places or (answer == "lapsed" and FIRING in places)
+
+        lease, record = self.space.at_once(lambda: take(wanted), read_record)
         took, holder = lease
         if took == "held":
             return Claimed(took, holder, None)
+        if took == "skipped":  # no lease taken: nothing to fire, nothing to let go
+            return Claimed(took, None, None)
         if record is None:
             # No record yet: a put writes the due entry first, and its record a round trip later.
             # A runner that listed the entry at once read before the record landed, and letting the

@@ -21,6 +21,7 @@ alike when their clocks agree with the store's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from . import stored
@@ -53,7 +54,7 @@ class Leases:
         return self.take_naming(agent, thread, holder, lapse_ms)[0]
 
     def take_naming(self, agent: Agent, thread: str, holder: str, lapse_ms: int,
-                    guess: bool = False) -> tuple[str, str | None]:
+                    guess: bool = False, wanted: Callable[[str], bool] | None = None) -> tuple[str, str | None]:
         """``take``, and who holds the lease when the answer is ``held`` (else None).
 
         The scheduler's own driver answers this as ``lease_take``: a runner
@@ -65,6 +66,13 @@ class Leases:
         create-if-absent (a fresh job id has no head), so the common take is
         one request.  A write from a guess that loses proves nothing about
         other takers, so only writes decided on a head READ count as lost.
+
+        ``wanted`` (a job's claim): asked, with the answer a write decided on
+        a head READ would give (``took`` or ``lapsed``), whether the lease is
+        still worth a write; False answers ``skipped`` and writes nothing.
+        The guess found a head there (an ended lease, or one taken since):
+        a claimer that then learns its job has left waiting takes no lease
+        only to let it go, two writes of one object within a second.
         """
         keys = self.space.keys(agent)
         # The lapsed lease a write decided on a head READ tried to take over.  When that write
@@ -85,9 +93,13 @@ class Leases:
                 lease = (head["holder"], head.get("started"), head.get("renewed"))
                 if not lapsed(head, lapse_ms, self.clock.earliest_ms()) or tried[0] is not None and lease != tried[0]:
                     return KEEP, ("held", str(head["holder"]))
+                if from_read and wanted is not None and not wanted("lapsed"):
+                    return KEEP, ("skipped", None)
                 if from_read:
                     tried[0] = lease
                 return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, ("lapsed", None)
+            if from_read and wanted is not None and not wanted("took"):
+                return KEEP, ("skipped", None)
             if from_read:
                 tried[0] = (None, None, None)  # no lease was there: any lease found after losing is a taker's
             return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, ("took", None)

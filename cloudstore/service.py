@@ -261,7 +261,7 @@ class Service:
         not_after = v.number(req, "not_after")
         claimed = self.jobs.claim(
             agent, job_id,
-            take=lambda: self.leases_.take_naming(agent, thread, holder, lapse_ms, guess=True),
+            take=lambda wanted: self.leases_.take_naming(agent, thread, holder, lapse_ms, guess=True, wanted=wanted),
             release=lambda: self.leases_.end(agent, thread, holder),
             not_after=not_after)
         return claimed.wire()

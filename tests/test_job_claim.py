@@ -35,6 +35,7 @@ from faults.machines import Machine, Machines, between, in_order, write_to
 from sim.machines import SeededSidePool
 from support import Session, fresh_agent, race, serving
 
+from cloudstore import validate as v
 from cloudstore.service import Service
 
 Json = Any
@@ -260,6 +261,36 @@ def test_a_claim_that_read_before_the_puts_record_landed_reads_again_and_claims_
     assert a("job_claim", **claim("runner-A")) == claimed(JOB)
     assert where(reader) == ["firing"] and holder_of(reader) == "runner-A"
     assert lease_writes == ["put"], "the lease was written once: taken, not let go and taken again"
+
+
+@pytest.mark.parametrize("wanted", [False, True])
+def test_a_claims_lease_over_a_head_left_there_is_written_only_when_still_wanted(machines: Machines,
+                                                                                wanted: bool) -> None:
+    """The take's guess (a create) meets the head of an ended lease: read, then the claim is asked
+    whether its job is still worth a lease.  No: ``skipped``, and nothing more is written."""
+    a, reader = scheduler(machines("A")), scheduler(machines("reader"))
+    reader.ok("take", thread=THREAD, holder="runner-B", lapse_ms=LONG_MS)
+    reader.ok("end", thread=THREAD, holder="runner-B")
+    lease_writes: list[str] = []
+
+    def count(call: Any) -> Fault:
+        if call.is_write and call.key.endswith(LEASE_KEY):
+            lease_writes.append(call.op)
+        return Fault.NONE
+
+    a.plan(count)
+    asked: list[str] = []
+    leases = a.answerer.service.leases_
+    agent = v.agent({"agent": machines.agent})
+    with a.space.store.op_window():
+        got = leases.take_naming(agent, THREAD, "runner-A", LONG_MS, guess=True,
+                                 wanted=lambda answer: asked.append(answer) or wanted)
+    assert asked == ["took"], "asked once, on the head read after the guess lost"
+    if wanted:
+        assert got == ("took", None) and holder_of(reader) == "runner-A" and lease_writes == ["put", "put"]
+    else:
+        assert got == ("skipped", None) and holder_of(reader) is None, got
+        assert lease_writes == ["put"], "only the guess was sent: no lease taken to be let go"
 
 
 def test_the_mark_is_written_before_the_record(machines: Machines) -> None:
