@@ -108,7 +108,11 @@ def test_a_driver_at_a_terminal_ends_quietly_on_ctrl_c(tmp_path: Path) -> None:
         driver = subprocess.Popen([sys.executable, "-c", "from cloudstore.driver import main_bucket; main_bucket()",
                                    "serve"],
                                   stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=clean_env(LNK_BUCKET_URL=f"file://{tmp_path}"), start_new_session=True)
+                                  env=clean_env(LNK_BUCKET_URL=f"file://{tmp_path}"), start_new_session=True,
+                                  # As a shell starts a foreground job: SIGINT at its default, whatever this
+                                  # process inherited (a suite run in the background has it ignored, and a
+                                  # program started with SIGINT ignored rightly keeps ignoring it).
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         os.write(leader, b'{"op": "last", "agent": {"owner": null, "id": "a"}, "thread": "t"}\n')
         line = driver.stdout.readline() if driver.stdout else b""
         assert b'"reply"' in line, line
