@@ -54,8 +54,9 @@ class Claim:
         self.store = store
         self.job_id = job_id
         self.took = took  # "took" or "lapsed" (a previous holder died)
-        self.started = confirmed  # time.monotonic() when the take was sent: the claim's writes come after
         self.confirmed = confirmed  # time.monotonic() when the last successful take/renew was sent
+        self.claimed = confirmed  # time.monotonic() when the claim's reply came: its record written before
+        self.ending = False  # its fire ended, and its finish (which ends the lease) is queued or under way
         self._lost: str | None = None
         self._lock = threading.Lock()
 
@@ -128,11 +129,17 @@ class Claims:
 
     def renews_now(self, claim: Claim, now: float | None = None) -> bool:
         """Whether this renewal round renews ``claim``: not when fenced or lost, nor when confirmed less
-        than ``FRESH`` (at most lapse/6) ago; the next round, lapse/3 on, is still short of the fence."""
+        than ``FRESH`` (at most lapse/6) ago; the next round, lapse/3 on, is still short of the fence.
+
+        A claim whose finish is queued (``ending``) waits until lapse/6 whatever ``FRESH`` says: its
+        finish, a second after the claim, ends the lease, and a renewal sent at that moment made the
+        end meet a changed lease (a refused write, a read, and a third write of one object within a
+        second, refused on GCS).  A finish that is slow to land is still renewed in time."""
         if self.stale(claim) is not None:
             return False
         now = time.monotonic() if now is None else now
-        return now - claim.confirmed >= min(FRESH, self.lapse / 6)
+        fresh = self.lapse / 6 if claim.ending else min(FRESH, self.lapse / 6)
+        return now - claim.confirmed >= fresh
 
     def release(self, claim: Claim) -> None:
         """The job has left firing: end the lease so the id can be claimed again at once."""

@@ -12,7 +12,7 @@ job left in firing by a runner that died: the lease (``take`` answers
 ``lapsed``, or ``took`` when the lease is already this runner's), then a
 fresh read that the job is still there.  Either way a worker thread fires it;
 its finish (out of firing, into ending when ``keep_ending``, then the lease
-ended) is queued for ``FINISH_PACE`` after the claim began and sent from a
+ended) is queued for ``FINISH_PACE`` after the claim's reply and sent from a
 thread of its own, so the worker's slot is free once the fire has ended.
 
 A job is claimed only when a worker slot is free, so a runner never sits on
@@ -52,7 +52,9 @@ FINISH_WAIT, FINISH_WAIT_MAX = 0.5, 5.0  # seconds between tries: doubling, at m
 #: record's burst, and a finish sent at once was refused and retried inside the driver for up to
 #: a second, holding a worker slot and one of the runner's few driver processes, so claims
 #: queued behind finishes and jobs at 10 a second fired seconds late.  A finish a second after
-#: the claim started (so after the put too) meets a refilled token.  It waits off the worker
+#: the claim's reply (so after the put's and the claim's writes of the record) meets a refilled
+#: token; a second after the claim's start did not always: a claim that listed the due entry at
+#: once begins before the put's record is written.  It waits off the worker
 #: (``TimerQueue``), under the claim's lease, which is renewed meanwhile: the job shows in
 #: firing a little longer, and nothing else changes.
 FINISH_PACE = 1.0
@@ -174,6 +176,7 @@ class Claimer:
                     found = self._claim(store, job_id, claim) if claim is not None else None
                 if claim is not None:
                     if found is not None:
+                        claim.claimed = time.monotonic()  # the finish's pace counts from here
                         job, recovered = found
                         outcome = "claimed"
                         told(outcome)
@@ -259,7 +262,8 @@ class Claimer:
                 return
             self._finishing.acquire()
             handed = True
-            self._finishes.at(claim.started + FINISH_PACE, lambda: self._finish_paced(store, job_id, claim))
+            claim.ending = True  # renewed only when the lease needs it: the finish ends it soon
+            self._finishes.at(claim.claimed + FINISH_PACE, lambda: self._finish_paced(store, job_id, claim))
         except Exception as exc:  # a bug must not keep the slot taken
             log("worker_failed", runner=self.holder, agent=agent.label(), job=job_id, error=repr(exc))
             self.claims.forget(claim)
