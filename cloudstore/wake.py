@@ -41,6 +41,18 @@ own user's drivers, and root's, can write to it, so another user's flood
 never fills the queue our own user's nudges come through), and removes them
 when it stops; drivers only ever ``sendto`` those sockets, never create or
 delete anything there.
+
+Runners on one machine also tell each other who they are (``Presence``:
+the runner's name, the agents it serves, compact JSON), through the same own
+sockets and under the same rules as a name: sent only to own sockets of our
+user or root, believed only from a sender the kernel says is our user or
+root.  A runner says so when it starts (asking the others to answer), every
+``PRESENCE_EVERY`` seconds, and when it stops.  A nudge of our own user
+reaches every runner that listens here, so a job one of them owns is left to
+it (scheduling/runner.py) instead of every runner on the machine racing for
+its lease; and the runners sharing an agent know each other at once, without
+first losing claims to one another.  A presence is not "look now": nothing in
+waiting changed.
 """
 
 from __future__ import annotations
@@ -68,6 +80,9 @@ MIN_GAP = 0.05  # a runner polls at most this often however many nudges arrive
 MAX_SOCKETS = 256  # a driver nudges at most this many runners (a folder stuffed with files costs it nothing more)
 NAME_MAX = 2048  # bytes of a named nudge; a longer name is sent as a plain "look now"
 NAMES_MAX = 64  # names a runner keeps between two looks; past that it just polls
+PRESENCE_EVERY = 60.0  # seconds between a runner's presences (``Presence``), well within a peer's ttl
+PRESENCE_DATAGRAMS = 64  # a presence's agents fill at most this many datagrams; past that the rest go unsaid
+HOLDER_MAX = 256  # characters of a runner's name a presence carries; a longer one is not believed
 _CREDENTIALS = struct.Struct("3i")  # SCM_CREDENTIALS: pid, uid, gid of the sender, as the kernel saw it
 
 
@@ -79,6 +94,59 @@ class Named:
     agent: str
     job: str
     due: float
+
+
+@dataclass(frozen=True)
+class Presence:
+    """A runner on this machine, of our user or root: its name, some of the agents it serves, and
+    whether it asks the others to say they are here (``ask``: it has just started) or is leaving."""
+
+    holder: str
+    agents: tuple[tuple[str | None, str], ...]  # (owner, id)
+    ask: bool = False
+    gone: bool = False
+
+
+def encode_presences(holder: str, agents: list[Mapping[str, Any]], ask: bool = False,
+                     gone: bool = False) -> list[bytes]:
+    """The datagrams saying ``holder`` is here and serves ``agents`` (as many as they take, each
+    within ``NAME_MAX``, at most ``PRESENCE_DATAGRAMS``); none when the name itself would not fit."""
+    def encode(part: list[dict[str, Any]]) -> str:
+        return json.dumps({"runner": holder, "agents": part, "ask": ask, "gone": gone},
+                          separators=(",", ":"), ensure_ascii=True)
+
+    if len(holder) > HOLDER_MAX or len(encode([])) > NAME_MAX:
+        return []
+    out: list[bytes] = []
+    part: list[dict[str, Any]] = []
+    for agent in [{"owner": a.get("owner"), "id": a.get("id")} for a in agents]:
+        if len(encode(part + [agent])) > NAME_MAX:
+            if not part:
+                continue  # an agent whose names alone fill a datagram is left unsaid
+            out.append(encode(part).encode("ascii"))
+            part = []
+            if len(out) >= PRESENCE_DATAGRAMS:
+                return out
+        part.append(agent)
+    if part or not out:
+        out.append(encode(part).encode("ascii"))
+    return out[:PRESENCE_DATAGRAMS]
+
+
+def decode_presence(data: bytes) -> Presence | None:
+    """A datagram's presence, or None when it is not one this module would have sent."""
+    try:
+        value = json.loads(data.decode("ascii"))
+        holder, agents, ask, gone = value["runner"], value["agents"], value["ask"], value["gone"]
+        pairs = tuple((a["owner"], a["id"]) for a in agents)
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+    if not (isinstance(holder, str) and 0 < len(holder) <= HOLDER_MAX and isinstance(agents, list)
+            and isinstance(ask, bool) and isinstance(gone, bool)):
+        return None
+    if not all(isinstance(i, str) and (o is None or isinstance(o, str)) for o, i in pairs):
+        return None
+    return Presence(holder, pairs, ask, gone)
 
 
 def encode_name(agent: Mapping[str, Any], job: str, due: float) -> bytes:
@@ -130,7 +198,8 @@ def folder_refusal(info: os.stat_result, uid: int | None = None) -> str | None:
     return None
 
 
-def _nudge_all(folder: str, forget_dead: bool, payload: bytes = b"") -> int:
+def _nudge_all(folder: str, forget_dead: bool, payload: bytes = b"", own_only: bool = False,
+               skip: frozenset[str] = frozenset()) -> int:
     """Nudge each runner with a socket in ``folder`` (the first ``MAX_SOCKETS`` entries); how many took it.
 
     A runner has two sockets: ``<base>.own.sock`` (``0600``: only its own user and root can write to
@@ -140,12 +209,16 @@ def _nudge_all(folder: str, forget_dead: bool, payload: bytes = b"") -> int:
     socket owned by our user or root with no other link to it, in a folder ``folder_refusal``
     trusts; any other socket is sent an empty datagram ("look now"), and what is not a socket (a
     symbolic link, a file) nothing.  With ``forget_dead``, the sockets of ours nobody reads (their
-    runner died without closing) are removed."""
+    runner died without closing) are removed.  With ``own_only`` (a presence), only the own sockets
+    of runners of our user are sent to, and nothing at all when ``payload`` could not be; the
+    runners whose base names are in ``skip`` (our own) are passed over."""
     me = os.geteuid()
     sent = 0
     dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         named = payload if payload and folder_refusal(os.fstat(dir_fd), me) is None else b""
+        if own_only and not named:
+            return 0
         runners: dict[str, dict[bool, str]] = {}  # a runner's base name -> {own socket?: entry name}
         with os.scandir(dir_fd) as entries:
             for i, entry in enumerate(entries):
@@ -157,11 +230,13 @@ def _nudge_all(folder: str, forget_dead: bool, payload: bytes = b"") -> int:
                     runners.setdefault(entry.name[:-len(SUFFIX)], {})[False] = entry.name
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
             sock.setblocking(False)
-            for names in runners.values():
+            for base, names in runners.items():
+                if base in skip:
+                    continue
                 outcome = ""
                 if True in names:  # its own user's socket: ours when we are that user
                     outcome = _send(sock, dir_fd, folder, names[True], named, me, own=True)
-                if outcome == "" and False in names:
+                if outcome == "" and False in names and not own_only:
                     outcome = _send(sock, dir_fd, folder, names[False], named, me, own=False)
                 sent += outcome == "sent"
                 if outcome == "dead" and forget_dead:
@@ -241,6 +316,8 @@ class WakeListener:
         self._interrupted = threading.Event()  # wakes ``wait`` when there is no socket
         self._pipe: tuple[int, int] | None = None  # and when there is one (never blocks, a flood or not)
         self._named: list[Named] = []  # names taken from nudges since the last ``take_names``
+        self._presences: list[Presence] = []  # presences heard since the last ``take_presences``
+        self._base: str | None = None  # our sockets' base name in the folder (never sent a presence)
         self._plain = False  # and whether any nudge since said only "look now"
         try:
             _make_folder(self.folder)
@@ -249,7 +326,8 @@ class WakeListener:
                 self.refused = f"wake folder {self.folder} is {refusal}"
                 return
             _nudge_all(self.folder, forget_dead=True)  # and wake the live ones once: harmless
-            base = os.path.join(self.folder, f"{os.getpid()}-{secrets.token_hex(4)}")
+            self._base = f"{os.getpid()}-{secrets.token_hex(4)}"
+            base = os.path.join(self.folder, self._base)
             try:
                 # The own socket first: a driver that sees the other one finds it beside.
                 for path, mode in ((base + OWN_SUFFIX, 0o600), (base + SUFFIX, 0o622)):
@@ -319,6 +397,26 @@ class WakeListener:
             except OSError:
                 pass  # full: a wake-up is pending already
 
+    def announce(self, datagrams: list[bytes]) -> int:
+        """Send each of ``datagrams`` (``encode_presences``) to the other runners of our user here;
+        how many runners took the first.  Never raises: a presence is a courtesy, said again later."""
+        if not self._socks or self._base is None:
+            return 0
+        sent = 0
+        for i, datagram in enumerate(datagrams):
+            try:
+                n = _nudge_all(self.folder, forget_dead=False, payload=datagram, own_only=True,
+                               skip=frozenset({self._base}))
+            except OSError:
+                return sent
+            sent = n if i == 0 else sent
+        return sent
+
+    def take_presences(self) -> list[Presence]:
+        """The presences heard since the last call (from senders of our own user or root only)."""
+        heard, self._presences = self._presences, []
+        return heard
+
     def take_names(self) -> tuple[list[Named], bool]:
         """The jobs nudges named since the last call, and whether any nudge named nothing (or too
         many came to keep): then only a poll tells what changed."""
@@ -349,8 +447,13 @@ class WakeListener:
                     woke = woke or "stranger"
                     continue
                 woke = "trusted"
-                name = decode_name(data) if data and not flags & socket.MSG_TRUNC else None
-                if name is None or len(self._named) >= NAMES_MAX:
+                whole = bool(data) and not flags & socket.MSG_TRUNC
+                name = decode_name(data) if whole else None
+                presence = decode_presence(data) if whole and name is None else None
+                if presence is not None:  # not "look now": nothing in waiting changed
+                    if len(self._presences) < NAMES_MAX:
+                        self._presences.append(presence)
+                elif name is None or len(self._named) >= NAMES_MAX:
                     self._plain = True
                 else:
                     self._named.append(name)

@@ -136,13 +136,21 @@ class Claimer:
         self._pool.submit(self._claim_and_fire, store, job_id, told, look_first)
         return True
 
-    def reclaim(self, store: AgentStore, job_id: str) -> str:
+    def reclaim(self, store: AgentStore, job_id: str, look_first: bool = False) -> str:
         """A job left in firing by a runner that died: "claimed" (a worker has it; its slot too),
-        "held", "gone" or "busy"."""
+        "held", "gone" or "busy".
+
+        ``look_first`` (a listing of firing may be a moment old): the job is read before its lease
+        is taken, and if it has left firing nothing is written.  A job finished just after the
+        listing has its lease ended a round trip after: taken then, it was taken and let go again,
+        two writes of one object within a second of the finish's end (refused on GCS)."""
         if not self._enter(store.agent, job_id):
             return "busy"
         claim: Claim | None = None
         try:
+            if look_first and store.get("firing", job_id) is None:
+                self._leave(store.agent, job_id)
+                return "gone"
             claim = self.claims.take(store, job_id)
             if claim is None:
                 self._leave(store.agent, job_id)

@@ -11,7 +11,10 @@ claim) and claim it only if it is still waiting then: the owner died, is
 busy, or doesn't serve the agent after all.
 
 Knowledge costs no request: a refused claim (``lease_take`` answering
-``held``) names the runner holding it, which therefore serves that agent.
+``held``) names the runner holding it, which therefore serves that agent;
+and the runners on one machine say who they are and which agents they serve
+(``wake.Presence``, heard by the runner), so those know each other before
+any claim is lost.
 A runner that claims a job it deferred to another has seen that owner fail
 to claim it, and forgets it for that agent; a runner not heard of for
 ``ttl`` is forgotten too.  Forgetting is always safe: with no peers known a

@@ -31,10 +31,15 @@ One pass of the loop (see ``scheduler`` for what it promises):
    ``held`` (another runner's lease) is tried again after ``backoff``; one
    refused as gone is not tried again for that index entry.  A job that a
    nudge's poll shows for the first time was put on this machine: it is
-   claimed at once whoever owns it (its owner elsewhere polls later).
+   claimed at once unless its owner listens on this machine too (the nudge
+   reached it as well), since its owner elsewhere polls later.  Runners on
+   one machine say who they are and whose jobs they fire (``wake.Presence``:
+   at start, every ``PRESENCE_EVERY`` and when they stop), so they know
+   each other without first racing for leases.
 4. Nothing claimed: sleep until the soonest due we know, the next poll, or a
    nudge (``wake``: a driver on this machine put a job in waiting), whichever
-   comes first.  A nudge naming a job of ours due now has it claimed at once,
+   comes first.  A nudge naming a job of ours due now (not owned by another
+   runner on this machine, which got that nudge too) has it claimed at once,
    before any poll (the claim is the judge), so a job put due now on this
    machine waits for one claim's three round trips; any other nudge of our own
    user (or root) polls, and one only other users sent brings the next poll
@@ -54,7 +59,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..wake import WakeListener
+from ..wake import PRESENCE_EVERY, WakeListener, encode_presences
 from .claim_leases import Claims
 from .claiming import Claimer, due_of
 from .fire import FireCommand
@@ -72,6 +77,9 @@ STALE_POLL = 0.25  # seconds after which what a poll showed is polled afresh bef
 #: (a backlog, or a poll a while old), and a claim takes the lease first: two writes of one
 #: object, the lease's take and release, for a job long gone.
 LATE_LOOK = 1.0
+#: A runner that said it is on this machine is believed here this long after (it says so every
+#: PRESENCE_EVERY): a runner killed without a word stops being one a few presences later.
+NEARBY_FOR = 2.5 * PRESENCE_EVERY
 GONE_FOR = 180.0  # an index entry refused as gone is left alone this long (the index drops it within GRACE)
 SWEEP_POLLS = 5  # sweep steps (one agent's firing listed) are at least this many poll intervals apart
 RETRY_MAX = 16.0  # seconds: the longest wait before the runner asks a failing store again (an outage)
@@ -218,8 +226,12 @@ class Runner:
         self._handed: set[tuple[Agent, str, str | float]] = set()
         self._first_seen: dict[tuple[Agent, str, str | float], float] = {}  # wall clock, per entry
         # Entries that appeared in a poll a nudge asked for: put on this machine a moment ago. They
-        # are claimed at once whoever owns them: their owner elsewhere learns of them a poll later.
+        # are claimed at once unless their owner listens here too: elsewhere, it polls later.
         self._put_here: set[tuple[Agent, str, str | float]] = set()
+        # The runners that said they are on this machine (``wake.Presence``): when last heard (monotonic).
+        self._nearby: dict[str, float] = {}
+        self._present_at = -math.inf  # when this runner next says it is here (monotonic)
+        self._agents = {(s.agent.owner, s.agent.id): s.agent for s in self.stores}
 
     # -- the loop ------------------------------------------------------------
 
@@ -244,11 +256,14 @@ class Runner:
                             log("wake_refused", runner=self.holder, reason=refused)
                         log("started", runner=self.holder, agents=[s.agent.wire() for s in self.stores],
                             nudges=self.listener.listening)
+                        self._say_here(ask=True)
                     else:
                         if time.monotonic() >= self.claim_watch.next_at():
                             self._recover_claims()
                         if time.monotonic() >= self._scan_at:
                             self._recovery_step()
+                        if time.monotonic() >= self._present_at:
+                            self._say_here()
                     wake_at = self._look(nudged)
                     nudged = False
                     failures = 0
@@ -263,6 +278,8 @@ class Runner:
             self.claimer.shutdown()
             self._leave_recovery()
             self.claims.close()
+            if started:
+                self._say_here(gone=True)
             self.listener.close()
 
     def _look(self, fresh: bool) -> float | None:
@@ -314,6 +331,7 @@ class Runner:
         """Hand to workers at once the jobs due now that nudges named (put on this machine a moment
         ago, so ours whoever owns them: see ``_put_here``); whether a poll is still needed (a nudge
         named nothing, or a job not ours or not yet due)."""
+        self._hear_nearby()
         named, poll = self.listener.take_names()
         now = time.time()
         for name in named:
@@ -323,12 +341,58 @@ class Runner:
                 continue
             if self.claimer.busy(store.agent, name.job):
                 continue
+            if self._owned_nearby(store.agent, name.job):
+                continue  # nudged as we were, its owner claims it now; our polls see it a grace later if not
             if not self.claimer.acquire_slot(self._stop.is_set):
                 return poll
             found = Due(store, name.job, name.due)
             if not self.claimer.dispatch(store, name.job, self._on_told(found, self.holder)):
                 self.claimer.release_slot()
         return poll
+
+    # -- the runners on this machine ---------------------------------------------
+
+    def _say_here(self, ask: bool = False, gone: bool = False) -> None:
+        """Tell the other runners here who we are and whose jobs we fire (``ask``: and to answer)."""
+        self._present_at = time.monotonic() + PRESENCE_EVERY
+        announce = getattr(self.listener, "announce", None)  # a test's listener may say nothing
+        if announce is not None:
+            announce(encode_presences(self.holder, [a.wire() for a in self._agents.values()], ask, gone))
+
+    def _hear_nearby(self) -> None:
+        """Take the presences heard: each runner is on this machine, and a peer for the agents it
+        named that are ours too; one that asked is answered, one that left is forgotten."""
+        take = getattr(self.listener, "take_presences", None)
+        answer = False
+        for presence in take() if take is not None else []:
+            if presence.holder == self.holder:
+                continue
+            if presence.gone:
+                self._nearby.pop(presence.holder, None)
+            else:
+                self._nearby[presence.holder] = time.monotonic()
+            for owner, agent_id in presence.agents:
+                agent = self._agents.get((owner, agent_id))
+                if agent is None:
+                    continue
+                if presence.gone:
+                    self.peers.drop(agent, presence.holder)
+                else:
+                    self.peers.saw(agent, presence.holder)
+            answer = answer or presence.ask
+        if answer:
+            self._say_here()
+
+    def _owned_nearby(self, agent: Agent, job: str, owner: str | None = None) -> bool:
+        """Whether ``job``'s owner is another runner on this machine (it said so within
+        ``NEARBY_FOR``): a nudge of our user reached it as it reached us, so it claims the job at
+        once and the rest of us need not race it for the lease (on GCS, writes of one object past
+        one a second are refused)."""
+        owner = self.peers.owner(agent, job) if owner is None else owner
+        if owner == self.holder:
+            return False
+        heard = self._nearby.get(owner)
+        return heard is not None and time.monotonic() - heard < NEARBY_FOR
 
     def claim_due(self, polls: Sequence[Poll], now: float) -> tuple[int | None, float | None]:
         """Hand each polled job ready by ``now`` to a worker (older seconds first, then in this runner's
@@ -353,8 +417,8 @@ class Runner:
                 continue
             ready = max(found.due, retry_at.get((found.agent, found.job), 0.0))
             owner = self.peers.owner(found.agent, found.job)
-            if entry in self._put_here:
-                owner = self.holder  # put on this machine a moment ago: ours at once
+            if entry in self._put_here and not self._owned_nearby(found.agent, found.job, owner):
+                owner = self.holder  # put on this machine a moment ago, its owner elsewhere: ours at once
             if owner != self.holder:  # its owner claims it first; ours if still waiting after a grace
                 shown = max(found.due, self._first_seen.get(entry, now))
                 ready = max(ready, shown + self.timing.grace)
@@ -483,5 +547,5 @@ class Runner:
                     continue
                 if not self.claimer.acquire_slot(self._stop.is_set):
                     return
-                if self.claimer.reclaim(store, job["id"]) != "claimed":
+                if self.claimer.reclaim(store, job["id"], look_first=True) != "claimed":
                     self.claimer.release_slot()

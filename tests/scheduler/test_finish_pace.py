@@ -227,3 +227,20 @@ def test_a_claim_lost_while_its_finish_waited_is_not_finished(monkeypatch: pytes
     claimer, fire, _ = run_claimer(driver, 1, steps)
     assert fire.fired == 1 and driver.ops("j") == ["job_claim"], driver.sent
     assert not claimer.busy(AGENT, "j")
+
+
+def test_a_job_the_sweep_listed_in_firing_and_finished_since_is_read_not_taken() -> None:
+    """The per-agent sweep lists firing, then takes each job's lease: a job finished a moment after
+    the listing had its ended lease taken and let go again, two writes within a second of the end
+    (seen at the proxy at three runners, the second refused).  Read first, it costs a read."""
+    driver = Recording(gone=frozenset({"done"}))
+    claims = Claims("runner-A", 30.0)
+    claimer = Claimer(claims, QuickFire(), 1, keep_ending=False)  # type: ignore[arg-type]
+    store = AgentStore(AGENT, driver, own_driver=True)
+    try:
+        assert claimer.reclaim(store, "done", look_first=True) == "gone"
+        assert driver.ops("done") == ["job_get"], "no lease taken for a job gone from firing"
+        assert not claimer.busy(AGENT, "done")
+    finally:
+        claimer.shutdown()
+        claims.close()

@@ -20,6 +20,7 @@ it was handed is shown polls at chosen times, with chosen peers known.
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +29,7 @@ from cloudstore.scheduling.peers import Peers, weight
 from cloudstore.scheduling.runner import LATE_LOOK, Runner, Timing
 from cloudstore.scheduling.store_client import Agent, AgentStore
 from cloudstore.scheduling.watch import Due, Poll
+from cloudstore.wake import Presence, decode_presence
 
 AGENT = Agent(owner="o", id="a")
 OTHER = Agent(owner="o", id="b")
@@ -69,9 +71,13 @@ class NoClient:
         pass
 
 
-def runner(holder: str, *peers: str, agent: Agent = AGENT) -> tuple[Runner, RecordingClaimer, AgentStore]:
+def runner(holder: str, *peers: str, agent: Agent = AGENT,
+           nearby: tuple[str, ...] = ()) -> tuple[Runner, RecordingClaimer, AgentStore]:
+    """A runner ``holder`` knowing ``peers``; of them, ``nearby`` said they are on this machine."""
     store = AgentStore(agent, NoClient(), own_driver=True)
-    r = Runner([store], [], fire=None, holder=holder, timing=Timing(lapse=30.0, poll_interval=2.0))  # type: ignore[arg-type]
+    r = Runner([store], [], fire=None, holder=holder, timing=Timing(lapse=30.0, poll_interval=2.0),  # type: ignore[arg-type]
+               listener=NamedNudges([]))  # type: ignore[arg-type]
+    r._nearby = {peer: time.monotonic() for peer in nearby}
     r.claims.close()
     claimer = RecordingClaimer()
     r.claimer = claimer  # type: ignore[assignment]
@@ -203,7 +209,7 @@ def test_peers_are_forgotten_after_their_ttl() -> None:
     assert peers.owner(OTHER, "j") == "A", "an agent with no peer known is this runner's alone"
 
 
-def test_a_job_a_nudge_shows_first_is_claimed_at_once_whoever_owns_it() -> None:
+def test_a_job_a_nudge_shows_first_is_claimed_at_once_when_its_owner_is_elsewhere() -> None:
     """Put on this machine (its driver nudged us): the owner elsewhere would see it only at its next
     poll, and a put through this machine's driver is promised to start within 100 ms."""
     r, claimer, store = runner("A", "B")
@@ -221,6 +227,69 @@ def test_a_job_a_nudge_shows_first_is_claimed_at_once_whoever_owns_it() -> None:
     assert r._put_here == {(AGENT, put_here, f"k/{put_here}")}
 
 
+def test_a_job_a_nudge_shows_first_waits_a_grace_when_its_owner_listens_on_this_machine() -> None:
+    """The nudge reached its owner too, which claims it at once: the others racing it for the lease
+    were writes of one object refused on GCS (two per job at three runners on one machine)."""
+    r, claimer, store = runner("A", "B", "C", nearby=("B",))
+    ours = next(job for job in JOBS if owner_of(job, ["A", "B", "C"]) == "A")
+    near = next(job for job in JOBS if owner_of(job, ["A", "B", "C"]) == "B")
+    far = next(job for job in JOBS if owner_of(job, ["A", "B", "C"]) == "C")
+    r.sources = [FixedSource(store, {})]
+    r._poll(1000.0)
+    r.sources = [FixedSource(store, {ours: 1000.5, near: 1000.5, far: 1000.5})]
+    r._poll(1000.5, nudged=True)
+    assert r.claim_due(r._polls, 1000.5) == (2, 1000.5 + r.timing.grace)
+    assert sorted(claimer.handed) == sorted([ours, far]), "B, nudged as we were, claims its own"
+    assert far not in claimer.looked, "C's elsewhere: claimed at once as ours, not read first"
+    handed, _ = r.claim_due(r._polls, 1000.5 + r.timing.grace)
+    assert handed == 1 and claimer.handed[-1] == near and near in claimer.looked, \
+        "still waiting a grace later, B's job is read, then claimed"
+
+
+def test_runners_on_one_machine_learn_each_other_from_their_presences() -> None:
+    """A runner that starts says who it is and asks: the others here answer, and each then knows the
+    others as peers of the agents they share (no lost claim needed to learn it), and as nearby."""
+    r, _, _ = runner("A")
+    listener = NamedNudges([], presences=[Presence("B", (("o", "a"), ("o", "elsewhere")), ask=True),
+                                          Presence("C", (("o", "not-ours"),))])
+    r.listener = listener  # type: ignore[assignment]
+    assert r._claim_named() is False, "a presence is not a look now: no poll"
+    assert r.peers.known(AGENT) == ["B"], "C serves none of our agents"
+    assert r._owned_nearby(AGENT, "j", "B") and r._owned_nearby(AGENT, "j", "C")
+    assert [(p.holder, p.agents, p.ask) for p in listener.said] == [("A", (("o", "a"),), False)], \
+        "B asked: A answered once, naming its own agents"
+    listener.presences = [Presence("B", (("o", "a"),), gone=True)]
+    r._claim_named()
+    assert r.peers.known(AGENT) == [] and not r._owned_nearby(AGENT, "j", "B"), "B left: forgotten"
+
+
+def test_a_runner_says_it_is_here_when_it_starts_and_when_it_stops(monkeypatch: Any) -> None:
+    from cloudstore.scheduling import runner as runner_module
+
+    r, _, store = runner("A")
+    listener = NamedNudges([])
+    listener.wait = lambda timeout, untrusted_every=0.0: r.stop() or False  # type: ignore[attr-defined]
+    listener.listening = True  # type: ignore[attr-defined]
+    listener.interrupt = lambda: None  # type: ignore[attr-defined]
+    r.listener = listener  # type: ignore[assignment]
+    r.sources = [FixedSource(store, {})]
+    # No store here, and recovery is not what this is about: the runner's first sleep stops it.
+    monkeypatch.setattr(runner_module.Runner, "_recover_claims", lambda self: None)
+    monkeypatch.setattr(runner_module.Runner, "_scan_gap", lambda self: math.inf)
+    monkeypatch.setattr(r.claim_watch, "next_at", lambda: math.inf)
+    r.run()
+    assert [(p.holder, p.ask, p.gone) for p in listener.said] == [("A", True, False), ("A", False, True)]
+
+
+def test_a_nearby_runner_not_heard_of_for_a_while_is_not_counted_on() -> None:
+    from cloudstore.scheduling.runner import NEARBY_FOR
+
+    r, _, _ = runner("A", "B", nearby=("B",))
+    assert r._owned_nearby(AGENT, "j", "B")
+    r._nearby["B"] = time.monotonic() - NEARBY_FOR
+    assert not r._owned_nearby(AGENT, "j", "B"), "killed without a word: its jobs are claimed as from elsewhere"
+
+
 class FixedSource:
     """A source whose every poll shows the same jobs of one agent."""
 
@@ -232,10 +301,24 @@ class FixedSource:
 
 
 class NamedNudges:
-    """Stands for the wake listener: hands the runner the names a nudge carried."""
+    """Stands for the wake listener: hands the runner the names a nudge carried and the presences
+    heard, and keeps what the runner said."""
 
-    def __init__(self, named: list[Any], plain: bool = False) -> None:
+    def __init__(self, named: list[Any], plain: bool = False, presences: list[Presence] | None = None) -> None:
         self.named, self.plain = named, plain
+        self.presences = list(presences or [])
+        self.said: list[Presence] = []
+
+    def take_presences(self) -> list[Presence]:
+        heard, self.presences = self.presences, []
+        return heard
+
+    def announce(self, datagrams: list[bytes]) -> int:
+        for datagram in datagrams:
+            presence = decode_presence(datagram)
+            assert presence is not None, datagram
+            self.said.append(presence)
+        return 1
 
     def take_names(self) -> tuple[list[Any], bool]:
         named, plain = self.named, self.plain
@@ -257,6 +340,20 @@ def test_a_job_a_nudge_names_due_now_is_claimed_at_once_without_a_poll() -> None
     r.listener = NamedNudges([Named("o", "a", theirs, 0.0)])  # type: ignore[assignment]
     assert r._claim_named() is False, "everything the nudge named was handed: no poll is needed"
     assert claimer.handed == [theirs]
+
+
+def test_a_job_a_nudge_names_is_left_to_its_owner_when_that_owner_listens_on_this_machine() -> None:
+    """Its owner got the same nudge: this runner neither claims the job nor polls for it; its
+    ordinary polls show it a grace later if the owner did not claim it."""
+    from cloudstore.wake import Named
+
+    r, claimer, store = runner("A", "B", nearby=("B",))
+    theirs = next(job for job in JOBS if owner_of(job, ["A", "B"]) == "B")
+    ours = next(job for job in JOBS if owner_of(job, ["A", "B"]) == "A")
+    r.sources = []  # a poll would fail: none may be made
+    r.listener = NamedNudges([Named("o", "a", theirs, 0.0), Named("o", "a", ours, 0.0)])  # type: ignore[assignment]
+    assert r._claim_named() is False, "nothing left for a poll: B's job is B's, ours is handed"
+    assert claimer.handed == [ours]
 
 
 def test_a_nudge_naming_nothing_of_ours_due_now_asks_for_a_poll() -> None:
