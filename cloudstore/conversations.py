@@ -113,20 +113,27 @@ class ThreadMemory:
     confirmed: float  # local monotonic time of the head read this memory stands on: no clock estimate moves it
     recent: dict[int, str] = field(default_factory=dict)  # seq -> event JSON
     newest_first: bool = True  # its keys' layout (keys.py): False for conversations 0.3.0 began
+    size: int = field(init=False)  # bytes it holds, as the memory budget charges them (kept with ``recent``)
 
-    @property
-    def size(self) -> int:
-        """Bytes it holds, as the memory budget charges them."""
-        return sum(len(raw) + 64 for raw in self.recent.values())
+    def __post_init__(self) -> None:
+        self.size = _charged(self.recent)
 
     def remember(self, seq: int, raw: str) -> None:
         """Keep ``seq``'s text.  The dict is replaced, never changed in place: the answerers of one
-        process share memories (``shared_memory``), and a packer may still be reading the old one."""
+        process share memories (``shared_memory``), and a packer may still be reading the old one.
+        The size follows what is dropped and added, not summed again over 128 events each append."""
         last = max(self.last, seq)
-        kept = {s: text for s, text in self.recent.items() if s > last - RECENT_KEPT}
+        floor = last - RECENT_KEPT
+        kept = {s: text for s, text in self.recent.items() if s > floor}
+        dropped = [text for s, text in self.recent.items() if s <= floor or s == seq]
         kept[seq] = raw
         self.recent = kept
+        self.size += len(raw) + 64 - sum(len(text) + 64 for text in dropped)
         self.last = last
+
+
+def _charged(recent: dict[int, str]) -> int:
+    return sum(len(raw) + 64 for raw in recent.values())
 
 
 #: Per backend object (one SDK client): the memory of every ``Conversations`` on it, see ``shared_memory``.

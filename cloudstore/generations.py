@@ -673,12 +673,28 @@ def retry_transient(policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable
     The one retry loop over a backend: the seam's and any tool that talks to a
     backend directly (``admin.migrate`` copies framed bytes) retry alike.
     """
+    began = time.monotonic()
+    try:  # the first try, made always: most requests need no other, nor tenacity's machinery
+        return fn()
+    except Transient as exc:
+        first = exc
     import tenacity  # lazily: keeps `contract` free of the import
 
     deadline = policy.deadline
     op_ends = _op_deadline.get()
-    if op_ends is not None:  # inside an op's window: what is left of it (the first try is always made)
-        deadline = max(0.0, min(deadline, op_ends - time.monotonic()))
+    if op_ends is not None:  # inside an op's window: what is left of it
+        deadline = min(deadline, op_ends - began)
+    # The loop below judges its stop and waits from its own start: the first try's time is spent.
+    deadline = max(0.0, deadline - (time.monotonic() - began))
+    replayed = [False]
+
+    def tried() -> T:
+        """The first try's failure once more (it is not sent again), then ``fn`` for real."""
+        if not replayed[0]:
+            replayed[0] = True
+            raise first
+        return fn()
+
     unsure = [0]  # failed tries that were not throttles: these spend the attempts
     throttles = [0]
     backoff = tenacity.wait_random_exponential(multiplier=policy.first_delay, max=policy.max_delay)
@@ -708,7 +724,7 @@ def retry_transient(policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable
         reraise=True,
         before_sleep=None if on_retry is None else (lambda _state: on_retry()),
     )
-    result: T = retrying(fn)
+    result: T = retrying(tried)
     return result
 
 

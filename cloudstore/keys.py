@@ -73,6 +73,7 @@ lives in its one object, and a removed file is a tombstone at its own key.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
@@ -96,9 +97,23 @@ def _hashed(name: str) -> str:
 
 
 def name_part(name: str) -> str:
-    """One key part for an arbitrary string (see the module docstring)."""
+    """One key part for an arbitrary string (see the module docstring).
+
+    Short names are encoded once per process (``_short_part``): an append
+    names its agent and thread three times, and encoding them each time was
+    a tenth of the driver's own CPU per append (issue 26, case 7).  Longer
+    names, which may be large, are not kept."""
+    return _short_part(name) if len(name) <= INLINE_MAX else _part(name)
+
+
+def _part(name: str) -> str:
     inline = "_" + _pct(name)
     return inline if len(inline) <= INLINE_MAX else _hashed(name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_part(name: str) -> str:
+    return _part(name)
 
 
 def is_hashed(part: str) -> bool:
