@@ -66,3 +66,16 @@ def test_gc_after_jobs_prints_every_figure_on_file():
                   "inspect after default gc", "gc dry run --min-age 0", "gc --apply --min-age 0", "inspect after"):
         assert f"  {label} " in out, f"no row for {label}\n{out}"
     assert "TOTAL" in out and "live state" in out and "failed" not in out, out
+
+
+def test_mark_shards_prints_a_row_per_shard_count():
+    # benchmarks/mark_shards.py is a seeded model (no emulator, no real time): a row per shard count asked,
+    # the drivers' own count marked, and the same figures again from the same seeds.
+    script = os.path.join(ROOT, "benchmarks", "mark_shards.py")
+    argv = [sys.executable, script, "--shards", "4,128", "--seconds", "3", "--seeds", "2"]
+    runs = [subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT) for _ in range(2)]
+    for done in runs:
+        assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in runs[0].stdout.splitlines() if line.startswith("| 4 ") or line.startswith("| 128 ")]
+    assert len(rows) == 2 and "(job_mark.SHARDS)" in rows[1], runs[0].stdout
+    assert runs[0].stdout == runs[1].stdout, "a seed replays the same figures"
