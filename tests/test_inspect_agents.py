@@ -35,3 +35,17 @@ def test_a_broken_agent_is_shown_and_the_others_reported(store_env: Any) -> None
         if agent is not broken:
             assert by_id[agent.id]["events"] == 1
     assert "not inspected" in inspect.table(report)
+
+
+def test_progress_of_agents_names_no_bytes_it_does_not_count() -> None:
+    # inspect counts agents as it goes, not their bytes: a plain progress line said "0 bytes" for 1,000 agents.
+    import io
+
+    from cloudstore.admin.progress import Progress
+
+    for sized, want in ((False, "2/2 agents, "), (True, "2/2 objects, 10 bytes, ")):
+        out = io.StringIO()
+        progress = Progress(2, what="agents" if not sized else "objects", stream=out, sized=sized)
+        progress.add(2, 10)
+        progress.close()
+        assert out.getvalue().startswith(want) and ("bytes" in out.getvalue()) == sized, out.getvalue()

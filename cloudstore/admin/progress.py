@@ -19,11 +19,13 @@ DRAW_EVERY = 0.1
 
 
 class Progress:
-    """Counts objects and bytes done out of a total, and shows them."""
+    """Counts objects and bytes done out of a total, and shows them (bytes only where ``sized``:
+    inspect counts agents, whose bytes it does not add up as it goes)."""
 
-    def __init__(self, total: int, what: str = "objects", stream: TextIO | None = None) -> None:
+    def __init__(self, total: int, what: str = "objects", stream: TextIO | None = None, sized: bool = True) -> None:
         self.total = total
         self.what = what
+        self.sized = sized
         self.stream = stream or sys.stderr
         self.tty = is_tty(self.stream)
         self.done = 0
@@ -48,10 +50,12 @@ class Progress:
         rate = self.done / max(now - self.started, 1e-9)
         if self.tty:
             filled = BAR * self.done // max(self.total, 1)
+            size = f"{self.bytes / 1e6:.1f} MB, " if self.sized else ""
             self.stream.write(f"\r[{'#' * filled}{'.' * (BAR - filled)}] {self.done}/{self.total} {self.what}, "
-                              f"{self.bytes / 1e6:.1f} MB, {rate:.0f}/s ")
+                              f"{size}{rate:.0f}/s ")
         else:
-            self.stream.write(f"{self.done}/{self.total} {self.what}, {self.bytes} bytes, {rate:.0f}/s\n")
+            size = f"{self.bytes} bytes, " if self.sized else ""
+            self.stream.write(f"{self.done}/{self.total} {self.what}, {size}{rate:.0f}/s\n")
         self.stream.flush()
 
     def close(self) -> None:
