@@ -42,6 +42,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults
 
 from cloud_round_trips import BACKENDS, Backend, RawSDK  # noqa: E402
 from faults.http_proxy import FaultProxy  # noqa: E402
+from support import new_bucket  # noqa: E402
 
 import cloudstore  # noqa: E402
 
@@ -85,22 +86,24 @@ def run(backend: Backend, args: argparse.Namespace) -> None:
         with FaultProxy(em.env[backend.endpoint_var], flavor=backend.flavor, latency=args.rtt_ms / 1000) as proxy:
             for key, value in proxy.redirect(em.env).items():
                 os.environ[key] = value
-            url = f"{backend.scheme}://{em.bucket}/bench-{uuid.uuid4().hex[:8]}"
-            raw = RawSDK(backend, proxy.url, em.env, em.bucket)
-            raw_prefix = f"raw-{uuid.uuid4().hex[:8]}/"
             size = len(json.dumps(event(1, args.text_bytes), separators=(",", ":")))
-            raw.create(raw_prefix + "warm", b"x")
             n, w = args.events, args.writers
 
+            def fresh(side: str) -> str:
+                """A bucket of its own for each side of each round: fake-gcs-server's writes slow as
+                their bucket fills (284 appends/s in round 1, 67/s in round 4 of one shared bucket),
+                which weighed on whichever side went second."""
+                return new_bucket(em, f"{side}-{uuid.uuid4().hex[:8]}")
+
             # many writers, one process, against as many raw creates: in rounds, ours first in even
-            # rounds and the raw creates first in odd ones, so that a drift of the machine or of the
-            # emulator's state (it keeps every object) weighs on both alike; the median ratio is the figure.
+            # rounds and the raw creates first in odd ones, so that a drift of the machine weighs on
+            # both alike; the median ratio is the figure.
             ratios: list[float] = []
             rates: list[tuple[float, float]] = []
             requests, kinds = 0, {}
 
             def ours() -> float:
-                store = cloudstore.open(url, concurrency=args.concurrency or w)
+                store = cloudstore.open(f"{backend.scheme}://{fresh('ours')}/bench", concurrency=args.concurrency or w)
                 agent = store.agent("o", "bench-" + uuid.uuid4().hex[:6])
                 agent.last("warm-up")  # the SDK's first connections are not a figure
                 proxy.clear()
@@ -114,10 +117,11 @@ def run(backend: Backend, args: argparse.Namespace) -> None:
                 store.close()
                 return took
 
-            def raws(round_: int) -> float:
+            def raws() -> float:
+                raw = RawSDK(backend, proxy.url, em.env, fresh("raw"))
+                raw.create("warm", b"x")  # its first connections are not a figure either
                 proxy.clear()
-                return at_once(w, lambda i: [raw.create(f"{raw_prefix}r{round_}/c{i}/{s}", b"x" * size)
-                                             for s in range(n)])
+                return at_once(w, lambda i: [raw.create(f"c{i}/{s}", b"x" * size) for s in range(n)])
 
             for round_ in range(args.rounds):
                 progress(f"{backend.name}: round {round_ + 1} of {args.rounds}: {w} writers x {n} appends")
@@ -125,19 +129,20 @@ def run(backend: Backend, args: argparse.Namespace) -> None:
                     wall = ours()
                     if round_ == 0:  # counted once: the same appends cost the same requests each round
                         requests, kinds = len(proxy.requests()), proxy.counts()
-                    raw_wall = raws(round_)
+                    raw_wall = raws()
                 else:
-                    raw_wall = raws(round_)
+                    raw_wall = raws()
                     wall = ours()
                 ratios.append(raw_wall / wall)  # (appends / wall) / (creates / raw_wall)
                 rates.append((w * n / wall, w * n / raw_wall))
+                progress(f"{backend.name}: round {round_ + 1}: ours {w * n / wall:.0f}/s, raw {w * n / raw_wall:.0f}/s")
             per_append = requests / (w * n)
             ratio = statistics.median(ratios)
             ours_rate = statistics.median(r for r, _ in rates)
             raw_rate = statistics.median(r for _, r in rates)
 
             # one writer: latency
-            store = cloudstore.open(url, concurrency=w)
+            store = cloudstore.open(f"{backend.scheme}://{fresh('solo')}/bench", concurrency=w)
             one = store.agent("o", "single-" + uuid.uuid4().hex[:6])
             one.last("warm-up")
             times = []
@@ -146,10 +151,12 @@ def run(backend: Backend, args: argparse.Namespace) -> None:
                 one.append("solo", event(seq, args.text_bytes))
                 times.append(time.perf_counter() - began)
             store.close()
+            raw = RawSDK(backend, proxy.url, em.env, fresh("rawsolo"))
+            raw.create("warm", b"x")
             raw_times = []
             for s in range(n):
                 began = time.perf_counter()
-                raw.create(f"{raw_prefix}solo/{s}", b"x" * size)
+                raw.create(f"solo/{s}", b"x" * size)
                 raw_times.append(time.perf_counter() - began)
             lat = statistics.median(times) / statistics.median(raw_times)
 
