@@ -333,6 +333,37 @@ def test_threads_racing_on_one_store(api: Any) -> None:
     assert sorted(takes) == [Took.HELD] * 11 + [Took.TOOK]
 
 
+def test_a_call_never_waits_for_another_calls_packing(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``concurrency=1``, the one answerer packing after the 32nd append's reply is not answering:
+    the next call gets an answerer of its own and is answered while that packing is still held.  The
+    answerers made stay within twice the concurrency, and closing waits for the packing."""
+    from cloudstore.conversations import Conversations
+
+    packing, release = threading.Event(), threading.Event()
+    original = Conversations._pack
+
+    def held(self: Conversations, *args: Any) -> None:
+        packing.set()
+        assert release.wait(30), "the test never let the packing go"
+        original(self, *args)
+
+    monkeypatch.setattr(Conversations, "_pack", held)
+    (tmp_path / "s").mkdir()
+    store = cloudstore.open(f"file://{tmp_path / 's'}", concurrency=1)
+    me = store.agent(*fresh())
+    for seq in range(1, 33):  # the 32nd leaves a block of 32 to pack after its reply
+        assert me.append("t", {"seq": seq}).done
+    assert packing.wait(30)
+    answered = ThreadPoolExecutor(1).submit(lambda: (me.last("t"), me.append("t", {"seq": 33}).done))
+    try:
+        assert answered.result(timeout=30) == (32, True), "a call waited for another call's after-work"
+        assert not release.is_set() and len(store._engine._all) == 2
+    finally:
+        release.set()
+    assert [e["seq"] for e in me.read("t")] == list(range(1, 34))
+    store.close()
+
+
 def test_async_many_coroutines_in_one_loop(store_env: StoreUnderTest) -> None:
     """50 appenders of one conversation in one event loop get 50 distinct consecutive numbers;
     20 racing creates of one file, exactly one wins; 10 agents at once stay apart.
