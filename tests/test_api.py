@@ -333,7 +333,8 @@ def test_threads_racing_on_one_store(api: Any) -> None:
     assert sorted(takes) == [Took.HELD] * 11 + [Took.TOOK]
 
 
-def test_a_call_never_waits_for_another_calls_packing(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_call_never_waits_for_another_calls_packing(store_env: StoreUnderTest,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """With ``concurrency=1``, the one answerer packing after the 32nd append's reply is not answering:
     the next call gets an answerer of its own and is answered while that packing is still held.  The
     answerers made stay within twice the concurrency, and closing waits for the packing."""
@@ -348,8 +349,7 @@ def test_a_call_never_waits_for_another_calls_packing(tmp_path: Any, monkeypatch
         original(self, *args)
 
     monkeypatch.setattr(Conversations, "_pack", held)
-    (tmp_path / "s").mkdir()
-    store = cloudstore.open(f"file://{tmp_path / 's'}", concurrency=1)
+    store = cloudstore.open(store_env.url, concurrency=1)
     me = store.agent(*fresh())
     for seq in range(1, 33):  # the 32nd leaves a block of 32 to pack after its reply
         assert me.append("t", {"seq": seq}).done

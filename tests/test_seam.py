@@ -12,7 +12,7 @@ import os
 from functools import partial
 
 import pytest
-from support import location_of
+from support import S3_SERVERS, location_of, make_store
 
 from cloudstore.generations import (
     AlreadyExists,
@@ -235,3 +235,22 @@ def test_long_key_parts_are_chunked_on_local_folder(tmp_path):
     s.put(f"p/{long_part}", b"w", Create())
     assert s.get(f"p/{long_part}/leaf").data == b"v"
     assert [i.key for i in s.list("p/")] == [f"p/{long_part}", f"p/{long_part}/leaf"]
+
+
+@pytest.mark.parametrize("server", S3_SERVERS)
+def test_s3_writes_carry_no_checksum_the_operation_does_not_require(server, request, tmp_path_factory, monkeypatch):
+    """The drivers' S3 client asks botocore for request checksums only where an operation requires one
+    (s3.config_options): no CRC32 header on a PutObject, as the GCS backend sends none, and the write
+    and its read back still work on each S3 server the tests start."""
+    store = make_store(server, request, tmp_path_factory)
+    for name, value in store.env.items():
+        monkeypatch.setenv(name, value)
+    loc = location_of(store)
+    backend = open_backend(loc)
+    sent = []
+    backend.client.meta.events.register(
+        "before-send.s3.PutObject", lambda request, **_: sent.append({k.lower() for k in request.headers}))
+    s = RetryingStore(backend)
+    written = s.put(loc.prefix + "sum", b"payload", Create())
+    assert s.get(loc.prefix + "sum").data == b"payload" and written.version
+    assert len(sent) == 1 and not [h for h in sent[0] if "checksum" in h], sent
