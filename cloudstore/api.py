@@ -476,8 +476,11 @@ class Engine:
             self._all.append(answerer)
             return answerer
 
-    def _release(self, answerer: Answerer) -> None:
+    def _release(self, answerer: Answerer, finished: bool = False) -> None:
+        """Back to the pool; ``finished``: from the work after its reply, so no longer counted at it."""
         with self._cond:
+            if finished:
+                self._finishing -= 1
             self._idle.append(answerer)
             self._cond.notify_all()
 
@@ -485,9 +488,7 @@ class Engine:
         try:
             answerer.after_reply()
         finally:
-            with self._cond:
-                self._finishing -= 1
-            self._release(answerer)
+            self._release(answerer, finished=True)
 
     def answer(self, call: Call[T], agent: Mapping[str, Json]) -> T:
         """Send ``call`` for ``agent`` down the driver's path; its value, or its error raised."""
