@@ -22,6 +22,18 @@ request fails and how, and a run replays the same way every time:
   ``keep`` bytes of the body (half by default), and close.
 * ``delay``      - hold the request ``before`` seconds before forwarding and / or
   the reply ``after`` seconds before sending it.
+* ``strip``      - forward without its preconditions (``strip_preconditions``:
+  S3's ``If-None-Match`` / ``If-Match`` headers, GCS's ``ifGenerationMatch``,
+  ``ifGenerationNotMatch``, ``ifMetagenerationMatch`` and
+  ``ifMetagenerationNotMatch`` parameters and ``x-goog-if-*`` headers), so the
+  store applies it unconditionally: a server, or a proxy in front of one, that
+  ignores preconditions.  ``strip_all`` does it to every request, whatever
+  the rules (``lnk-store-check``'s ``faults.server_ignores_preconditions``).
+  An S3 request signed with SigV4 signed the headers it loses: with the
+  secret of its access key in ``credentials``, the proxy signs it again
+  (``resign_sigv4``), as a rewriting proxy holding the key would, so a server
+  that checks signatures (SeaweedFS) takes it; without, it goes as it is
+  (moto checks none).
 
 Besides rules, a proxy may carry rate limits (``RateLimit``), the cloud's
 own throttles as a fault: GCS's per-object write limit (a token bucket per
@@ -70,6 +82,8 @@ rewritten to the proxy's, so a client that follows one stays behind it.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import http.client
 import json
 import random
@@ -83,7 +97,7 @@ from dataclasses import dataclass, field
 from email.utils import formatdate, parsedate_to_datetime
 from urllib.parse import parse_qs, unquote, urlsplit
 
-ACTIONS = ("lose_reply", "fail", "reset", "truncate", "delay")
+ACTIONS = ("lose_reply", "fail", "reset", "truncate", "delay", "strip")
 CONTENT_KEPT = 4096  # bytes of each request body kept in its record (a GCS upload's metadata comes first)
 
 # Headers that describe one connection, not the message: never forwarded as they are.
@@ -152,6 +166,7 @@ class Seen:
     content: bytes = field(default=b"", repr=False)  # the first CONTENT_KEPT bytes of the request body
     answered: float = 0.0  # time.monotonic() when its reply (or none) was settled, before it was written
     shifted: float = 0.0  # seconds its reply's Date header was moved (DateShift)
+    stripped: tuple[str, ...] = ()  # the preconditions taken off it before it was forwarded (``strip``)
 
 
 @dataclass
@@ -161,6 +176,8 @@ class _Request:
     version: str
     headers: list[tuple[str, str]]
     body: bytes
+    stripped: tuple[str, ...] = ()  # preconditions taken off before forwarding (``strip_preconditions``)
+    as_sent: str = ""  # the target as the client sent it, when stripping changed it
 
     def header(self, name: str) -> str | None:
         name = name.lower()
@@ -174,6 +191,84 @@ class _Reply:
     headers: list[tuple[str, str]]
     body: bytes
     bodiless: bool = False  # a reply to HEAD, or 1xx / 204 / 304: Content-Length passed as is
+
+
+#: The request headers that make a write conditional: S3's (and HTTP's) and GCS's XML API's.
+PRECONDITION_HEADERS = frozenset({"if-none-match", "if-match", "x-goog-if-generation-match",
+                                  "x-goog-if-metageneration-match"})
+#: The query parameters that make a GCS JSON-API request conditional.
+PRECONDITION_PARAMS = frozenset({"ifGenerationMatch", "ifGenerationNotMatch", "ifMetagenerationMatch",
+                                 "ifMetagenerationNotMatch"})
+
+
+def strip_preconditions(request: _Request, credentials: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Take every precondition off ``request`` (in place); the names taken off, in order.
+
+    Headers in ``PRECONDITION_HEADERS`` and query parameters in
+    ``PRECONDITION_PARAMS`` go; the rest of the target keeps its order and
+    its encoding.  When a header that went was signed (SigV4) and
+    ``credentials`` holds the secret of the request's access key, the request
+    is signed again without it (``resign_sigv4``).
+    """
+    gone = [name for name, _ in request.headers if name.lower() in PRECONDITION_HEADERS]
+    if gone:
+        request.headers = [(k, v) for k, v in request.headers if k.lower() not in PRECONDITION_HEADERS]
+        if credentials:
+            resign_sigv4(request, credentials)
+    path, sep, query = request.target.partition("?")
+    if sep:
+        kept = []
+        for pair in query.split("&"):
+            if unquote(pair.partition("=")[0]) in PRECONDITION_PARAMS:
+                gone.append(unquote(pair.partition("=")[0]))
+            else:
+                kept.append(pair)
+        if len(kept) < len(query.split("&")):
+            request.as_sent = request.as_sent or request.target
+            request.target = path + ("?" + "&".join(kept) if kept else "")
+    request.stripped = (*request.stripped, *gone)
+    return tuple(gone)
+
+
+_SIGV4 = re.compile(r"AWS4-HMAC-SHA256\s+Credential=([^/,\s]+)/(\d{8})/([^/,]+)/([^/,]+)/aws4_request,\s*"
+                    r"SignedHeaders=([^,\s]+),\s*Signature=[0-9a-f]+")
+
+
+def resign_sigv4(request: _Request, credentials: Mapping[str, str]) -> bool:
+    """Sign ``request`` again (SigV4, header-signed, as botocore signs S3 requests) over the headers it
+    still has; whether it was (False: not SigV4-signed, or its access key's secret is not known).
+
+    The canonical request is the one S3 checks: the path as sent (S3 does
+    not normalise it), the query's pairs sorted as sent, the signed headers
+    that remain (trimmed; repeated ones joined by commas), the payload hash
+    the client declared (``x-amz-content-sha256``), at the client's
+    ``x-amz-date``.
+    """
+    found = _SIGV4.match(request.header("authorization") or "")
+    if found is None:
+        return False
+    key_id, day, region, service, signed = found.groups()
+    secret = credentials.get(key_id)
+    stamp = request.header("x-amz-date")
+    if secret is None or stamp is None:
+        return False
+    names = [n for n in signed.split(";") if any(k.lower() == n for k, _ in request.headers)]
+    canonical_headers = "".join(
+        f"{n}:{','.join(' '.join(v.split()) for k, v in request.headers if k.lower() == n)}\n" for n in names)
+    path, _, query = request.target.partition("?")
+    pairs = sorted(tuple(pair.partition("=")[::2]) for pair in query.split("&")) if query else []
+    canonical = "\n".join([request.method.upper(), path, "&".join(f"{k}={v}" for k, v in pairs), canonical_headers,
+                           ";".join(names), request.header("x-amz-content-sha256") or "UNSIGNED-PAYLOAD"])
+    scope = f"{day}/{region}/{service}/aws4_request"
+    to_sign = "\n".join(["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
+    key = f"AWS4{secret}".encode()
+    for part in (day, region, service, "aws4_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    auth = (f"AWS4-HMAC-SHA256 Credential={key_id}/{scope}, SignedHeaders={';'.join(names)}, "
+            f"Signature={signature}")
+    request.headers = [(k, auth if k.lower() == "authorization" else v) for k, v in request.headers]
+    return True
 
 
 class _Closed(Exception):
@@ -480,6 +575,10 @@ class FaultProxy:
     limits: list[RateLimit] = field(default_factory=list)  # the cloud's throttles (see RateLimit)
     dates: list[DateShift] = field(default_factory=list)  # replies whose Date is moved (see DateShift)
     seen: list[Seen] = field(default_factory=list)
+    #: Every request forwarded without its preconditions (a server that ignores them), whatever the rules.
+    strip_all: bool = False
+    #: Access key id -> secret: what a stripped SigV4 request is signed again with (``resign_sigv4``).
+    credentials: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream)
@@ -604,9 +703,9 @@ class FaultProxy:
     def _record(self, request: _Request, at: float, status: int | None, upstream: int | None,
                 rule: Rule | None, sent: int = 0, action: str | None = None, shifted: float = 0.0) -> None:
         with self._lock:
-            self.seen.append(Seen(request.method, request.target, status, upstream, at,
+            self.seen.append(Seen(request.method, request.as_sent or request.target, status, upstream, at,
                                   rule.action if rule else action, sent, request.body[:CONTENT_KEPT],
-                                  time.monotonic(), shifted))
+                                  time.monotonic(), shifted, request.stripped))
 
     def _shift(self, request: _Request, reply: _Reply) -> float:
         """Move the reply's Date as the first DateShift that picks it says; the seconds moved."""
@@ -680,7 +779,7 @@ class FaultProxy:
             self._record(request, at, None, None, rule)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             return False
-        if action in (None, "delay"):
+        if action in (None, "delay", "strip"):
             with self._lock:
                 limits = list(self.limits)
             for limit in limits:
@@ -706,6 +805,8 @@ class FaultProxy:
         if rule is not None and action == "delay" and rule.hold is not None:
             while not rule.hold.wait(0.05) and not self._stopping.is_set():
                 pass
+        if action == "strip":
+            strip_preconditions(request, self.credentials)
         try:
             reply = self._forward(request)
         except OSError:
@@ -733,7 +834,10 @@ class FaultProxy:
         return not close
 
     def _forward(self, request: _Request) -> _Reply:
-        """Send ``request`` upstream on a connection of its own; the whole reply."""
+        """Send ``request`` upstream on a connection of its own; the whole reply (``strip_all``: without its
+        preconditions, whichever way it came: a late landing too)."""
+        if self.strip_all:
+            strip_preconditions(request, self.credentials)
         conn = http.client.HTTPConnection(self._up_host, self._up_port, timeout=self.upstream_timeout)
         try:
             conn.putrequest(request.method, request.target, skip_host=True, skip_accept_encoding=True)

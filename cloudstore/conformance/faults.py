@@ -20,6 +20,13 @@ tests); this module adds what the core has no rule for:
   DELETE; ``read``: GET, HEAD; ``any``), the k-th of an op, whatever the
   driver names its keys, so the schedule is the same for any driver.
 
+The core's ``strip`` is a kind too (the k-th request forwarded without its
+preconditions), and :meth:`World.ignoring_preconditions` strips every
+request while it lasts: a server that ignores preconditions.  The proxy
+knows the driver's S3 secret (``AWS_ACCESS_KEY_ID`` /
+``AWS_SECRET_ACCESS_KEY`` from ``--env`` or the environment) only to sign a
+stripped request again, so a server that checks signatures takes it.
+
 Error replies carry the services' real bodies (S3's XML ``SlowDown`` and
 ``InternalError``, GCS's JSON ``rateLimitExceeded`` and ``backendError``).
 """
@@ -33,7 +40,8 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +50,7 @@ from .fault_proxy import GCS_RATE_MESSAGE, DateShift, FaultProxy, Rule, Seen, _R
 #: Settings that name an HTTP store endpoint, in the order looked for, and the error flavour of each.
 ENDPOINT_SETTINGS = (("AWS_ENDPOINT_URL_S3", "s3"), ("AWS_ENDPOINT_URL", "s3"), ("STORAGE_EMULATOR_HOST", "gcs"))
 
-KINDS = ("lose_reply", "late", "hold", "fail", "throttle", "reset", "truncate")
+KINDS = ("lose_reply", "late", "hold", "fail", "throttle", "reset", "truncate", "strip")
 CLASSES = {"write": ("PUT", "POST", "PATCH", "DELETE"), "read": ("GET", "HEAD"), "any": None}
 
 S3_SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -208,6 +216,15 @@ class World:
         with self.proxy._lock:
             self.proxy.dates.clear()
 
+    @contextmanager
+    def ignoring_preconditions(self) -> Iterator[None]:
+        """While it lasts, every request reaches the store without its preconditions."""
+        self.proxy.strip_all = True
+        try:
+            yield
+        finally:
+            self.proxy.strip_all = False
+
     def close(self) -> None:
         self.proxy.release_all()
         self.proxy.stop()
@@ -221,6 +238,9 @@ def open_world(env: Mapping[str, str], seed: int, quick: bool) -> World:
         raise ValueError(f"--faults needs the driver's store endpoint as an http:// setting ({names}) in --env")
     setting, url, flavor = found
     proxy = SuiteProxy(url, flavor)
+    key, secret = (env.get(name) or os.environ.get(name) for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))
+    if key and secret:
+        proxy.credentials[key] = secret
     proxy.start()
     redirected = dict(env)
     for name, _ in ENDPOINT_SETTINGS:

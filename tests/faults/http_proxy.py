@@ -14,6 +14,8 @@ from cloudstore.conformance.fault_proxy import (  # noqa: F401
     CONTENT_KEPT,
     GCS_RATE_MESSAGE,
     LIMIT_KINDS,
+    PRECONDITION_HEADERS,
+    PRECONDITION_PARAMS,
     DateShift,
     FaultProxy,
     RateLimit,
@@ -29,6 +31,8 @@ from cloudstore.conformance.fault_proxy import (  # noqa: F401
     _Request,
     _status_line,
     error_body,
+    resign_sigv4,
     selects,
     shifted_date,
+    strip_preconditions,
 )
