@@ -25,6 +25,10 @@ the reply (``judge``) and then what reading back shows, with no fault set:
 * ``store_time``: every reply's ``Date`` a day ahead (the store's clock is
   not the machine's), and one reply an hour off: leases are written and
   judged in the store's time, and one wrong reply lapses nothing.
+* ``server_ignores_preconditions``: every request reaches the store without
+  its preconditions (a server that ignores them); processes started there
+  answer every write an error (never their success: nothing can be settled),
+  two racers of one seq are never both ``done``, and nothing was changed.
 
 Which request of an op fails and how is drawn from the run's seed; a
 failure prints the seed, the fault schedule and the history that broke.
@@ -39,12 +43,14 @@ import time
 import uuid
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 
 from ..client import DriverError
+from ..racing import at_once
 from .expect import Json, is_error
 from .faults import Fault, World
 from .harness import CheckSet, Ctx
-from .judge import DONE, NOT_DONE, UNKNOWN, History, compact, fail, judge_own
+from .judge import DONE, NOT_DONE, UNKNOWN, History, compact, fail, fate, judge_own
 from .linear import linearizable
 from .program import Driver
 from .transport import ServeTransport
@@ -761,4 +767,80 @@ def racers_linearizable(ctx: Ctx) -> None:
     finally:
         world.proxy.disarm()
         for p in racers:
+            p.close()
+
+
+# -- a server that ignores preconditions
+
+
+def _stripped(world: World) -> int:
+    """Requests the proxy has forwarded without a precondition they carried, so far."""
+    return sum(1 for seen in world.proxy.requests() if seen.stripped)
+
+
+@checks.check
+def server_ignores_preconditions(ctx: Ctx) -> None:
+    """Every request forwarded without its preconditions (If-None-Match / If-Match, ifGenerationMatch...):
+    processes started on that server answer each write op an error, never their success; two racers of one
+    seq are never both `done`; and what those errors said was not changed, was not (read back by a process
+    started before, with the server honest again).
+
+    Every promise rests on the server refusing a conditional write; one that accepts them all settles no
+    race, and a driver that trusts it tells two appenders `done`. Only processes started while the server
+    ignores them are asked (a driver may check its server once per process, before its first write)."""
+    fctx, world = world_of(ctx)
+    honest = Proc(fctx, "S")  # sets up and reads back, with the preconditions honoured
+    procs: list[Proc] = []
+    fctx.history.schedule.append("every request without its preconditions, for processes A and B")
+    try:
+        honest.warm(fctx.agent())
+        with world.ignoring_preconditions():
+            procs += [Proc(fctx, "A"), Proc(fctx, "B")]
+            for p in procs:
+                p.warm(fctx.agent())
+        a, b = procs
+        for case in kept_cases(fctx):
+            fctx.history.scenario(f"{case.name}: asked of a process whose server ignores preconditions")
+            agent, st = fctx.agent(), dict[str, Json]()
+            case.setup(honest, agent, st)
+            before = _stripped(world)
+            with world.ignoring_preconditions():
+                reply = case.act(a, agent, st)
+            fctx.history.lines.append(f"          (requests stripped of a precondition meanwhile: "
+                                      f"{_stripped(world) - before})")
+            fctx.history.fault("strip")
+            if not is_error(reply):
+                fail(fctx.history, f"{case.name} on a server that ignores preconditions",
+                     "<an error: no race can be settled there>", reply)
+            wrong = case.verify(honest, agent, st, fate(reply, False))
+            if wrong:
+                fail(fctx.history, f"{case.name} read back after its error on a server that ignores preconditions",
+                     "<what the error said>", wrong)
+        rounds = 2 if world.quick else 4
+        for n in range(rounds):
+            fctx.history.scenario(f"two racers of seq 1, released together, on a server that ignores "
+                                  f"preconditions (round {n + 1} of {rounds})")
+            agent, thread = fctx.agent(), f"fz-{token()}"
+            events = [{"seq": 1, "by": p.who} for p in procs]
+
+            def ready(i: int, agent: dict[str, Json] = agent, thread: str = thread,
+                      events: list[dict[str, Json]] = events) -> Callable[[], dict[str, Json]]:
+                return lambda: procs[i].ask(agent, "append", thread=thread, event=events[i])
+
+            with world.ignoring_preconditions():
+                replies = at_once([partial(ready, i) for i in range(len(procs))])
+            fctx.history.fault("strip")
+            if sum(r == {"reply": "done"} for r in replies) > 1:
+                fail(fctx.history, "two racers of one seq on a server that ignores preconditions",
+                     "<at most one done (each an error: no race can be settled there)>", replies)
+            if not all(is_error(r) for r in replies):
+                fail(fctx.history, "racers of one seq on a server that ignores preconditions",
+                     "<each an error: no race can be settled there>", replies)
+            unknown = any(fate(r, False) == UNKNOWN for r in replies)
+            got = _read_events(honest, agent, thread)
+            if got is not None and got != [] and not (unknown and len(got) == 1):
+                fail(fctx.history, "the raced conversation read back after both racers' errors",
+                     "<nothing written>" if not unknown else "<at most one event>", got)
+    finally:
+        for p in (honest, *procs):
             p.close()

@@ -34,6 +34,10 @@ each must be caught by the check named for it:
                  an appender told `taken` still packs the block its event would have ended,
                  from what it sent: the block rewrites the event another appender stored
                                                                  -> check.taken_at_a_block_end
+  trusts_server  the server never probed (``server_check.Probe`` answers as an honest server
+                 would, sending nothing): on a server that ignores preconditions every write
+                 is told its success, two appenders of one seq both `done`
+                                                                 -> faults.server_ignores_preconditions
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from typing import Any
 
 BREAK = os.environ.get("ZOO_BREAK", "")
 BREAKS = ("sdk_retries", "stale_last", "still_current", "late_delete", "local_clock", "shift_in_two",
-          "due_before_record", "packing_rewrites")
+          "due_before_record", "packing_rewrites", "trusts_server")
 
 
 def sdk_retries() -> None:
@@ -146,6 +150,15 @@ def packing_rewrites() -> None:
         return reply
 
     conversations.Conversations.append = append
+
+
+def trusts_server() -> None:
+    from cloudstore import server_check
+
+    # Each of the probe's writes "refused", as on an honest server whose probe key exists: nothing sent.
+    server_check.Probe.create = lambda self: False  # type: ignore[method-assign]
+    server_check.Probe.stale_update = lambda self: None  # type: ignore[method-assign]
+    server_check.Probe.second = lambda self: None  # type: ignore[method-assign]
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ CAUGHT_BY = {
     "still_current": "faults.own_write_replaced",
     "late_delete": "faults.late_landing",
     "local_clock": "faults.store_time",
+    "trusts_server": "faults.server_ignores_preconditions",
 }
 
 
