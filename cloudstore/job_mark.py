@@ -23,19 +23,43 @@ so a change they make moves the mark here too.
 
 Versions are the backend's, so a migrated agent answers another mark than
 its source: one spurious change, which the contract allows.
+
+Drivers before the shards (0.3.0, 0.4.0, 0.4.1) read only the single
+``mark``, which a change made here never moves: beside this driver they
+would answer one number while waiting changes under them (issue 41,
+finding 4).  Writing ``mark`` on every change would make it the hot spot
+the shards removed, so instead the first change of waiting an agent gets
+from this process also overwrites ``mark`` with a refusal
+(``refusal_body``: ``{"mark": "<why, what to do> <nonce>"}``), in parallel
+with the shard (the same round trip): their ``job_mark`` then answers an
+error naming the cause (0.3.0 and 0.4.0 fail ``int()`` on it, 0.4.1 refuses
+a mark that is no count) instead of a number that no longer moves.  It is
+one write per agent and process (``OldMarks``), never a hot spot.  An old
+driver's own change of waiting writes a number there again; a process here
+that lists the mark (``read``) and finds ``mark`` that small again writes
+the refusal with its next change of that agent.  What stays open: an old
+reader beside an old writer and a process here that changes this agent's
+waiting but never reads its mark sees the old writer's number, which that
+process's later changes do not move (docs/design.md, "Older releases").
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable
+from typing import Any
 
-from .generations import Listed, RetryingStore, Throttled, entropy
+from .cache import Bounded
+from .generations import Listed, RetryingStore, StoreError, Throttled, entropy, new_nonce
 from .keys import AgentKeys
 from .validate import compact
+
+log = logging.getLogger("cloudstore")
 
 #: Shards per agent.  At 10 jobs a second an agent's mark is written 20 times a second (a put and a
 #: claim each) by a dozen processes, each picking alone: at 32 shards two processes met on one shard
@@ -92,6 +116,67 @@ def bump(store: RetryingStore, keys: AgentKeys, picker: ShardPicker) -> None:
     store.put_fresh(keys.mark_shard(order[-1]), fresh_body)
 
 
+#: What the single ``mark`` of drivers before the shards is overwritten with: their ``job_mark`` fails on it
+#: (``int()`` of it in 0.3.0 and 0.4.0, not a count in 0.4.1), and the error they answer carries this text.
+OLD_MARK_REFUSAL = ("this store's job_mark is sharded (a/<owner>/<id>/m/<k>, cloudstore 0.5.0 and later) and "
+                    "this single mark no longer moves: upgrade this driver")
+#: The least stored size of a refusal (its text alone); an older driver's ``{"mark": N}``, framed, is under
+#: 70 bytes, so a listed ``mark`` smaller than this holds a number an older driver wrote.
+REFUSAL_SIZE = len(OLD_MARK_REFUSAL)
+#: Bytes of agents' bases a process remembers having refused the old mark of (LRU: forgetting costs one write).
+OLD_MARKS_BUDGET = 1024 * 1024
+
+
+def refusal_body() -> bytes:
+    """The refusal, with a nonce: every write of it is bytes nobody saw (a new S3 ETag, a new version)."""
+    return compact({"mark": f"{OLD_MARK_REFUSAL} ({new_nonce()})"}).encode("ascii")
+
+
+class OldMarks:
+    """The agents whose single old ``mark`` this process has overwritten with the refusal."""
+
+    def __init__(self) -> None:
+        self._done: Bounded[str, bool] = Bounded(OLD_MARKS_BUDGET)
+
+    def due(self, keys: AgentKeys) -> bool:
+        return self._done.get(keys.mark()) is None
+
+    def refuse(self, store: RetryingStore, keys: AgentKeys) -> None:
+        """Overwrite the old mark with the refusal; a failure is logged and tried again with the next change.
+
+        Never waits out a throttle: this write is a courtesy to older
+        drivers, and the op's own writes (the shard, the record) come first.
+        """
+        try:
+            store.put_fresh(keys.mark(), refusal_body, wait_throttles=False)
+        except StoreError as exc:
+            log.warning("the old job mark was left as it was (tried again with the next change): %s", exc)
+            return
+        self._done.put(keys.mark(), True, len(keys.mark()))
+
+    def seen(self, keys: AgentKeys, listed: list[Listed]) -> None:
+        """A listing of the mark found ``mark`` holding a number again (an older driver's change): refuse anew."""
+        for item in listed:
+            if item.key == keys.mark() and item.size is not None and item.size < REFUSAL_SIZE:
+                self._done.pop(keys.mark())
+
+
+_OLD: weakref.WeakKeyDictionary[Any, OldMarks] = weakref.WeakKeyDictionary()
+_OLD_LOCK = threading.Lock()
+
+
+def old_marks(backend: Any) -> OldMarks:
+    """The ``OldMarks`` of every service of this process on ``backend`` (one write per agent and process)."""
+    with _OLD_LOCK:
+        try:
+            found = _OLD.get(backend)
+        except TypeError:  # a backend that takes no weak reference: one of its own
+            return OldMarks()
+        if found is None:
+            found = _OLD[backend] = OldMarks()
+        return found
+
+
 def is_mark_key(keys: AgentKeys, key: str) -> bool:
     """A key ``job_mark`` counts: a shard, or the older single mark."""
     prefix = keys.mark_shards() + "/"
@@ -113,6 +198,9 @@ def value(keys: AgentKeys, listed: list[Listed]) -> int:
     return int.from_bytes(digest.digest(), "big") % MARK_MAX + 1
 
 
-def read(store: RetryingStore, keys: AgentKeys) -> int:
-    """``job_mark``: one listing."""
-    return value(keys, store.list(keys.mark_shards()))
+def read(store: RetryingStore, keys: AgentKeys, old: OldMarks | None = None) -> int:
+    """``job_mark``: one listing (which also tells ``old`` whether an older driver renumbered ``mark``)."""
+    listed = store.list(keys.mark_shards())
+    if old is not None:
+        old.seen(keys, listed)
+    return value(keys, listed)

@@ -193,6 +193,7 @@ class Jobs:
         # wake every runner.
         self.nudge: Callable[[bytes], Any] = lambda name: wake.notify(name=name)
         self.shards = job_mark.ShardPicker()
+        self._backend = getattr(space.store, "backend", space.store)  # what OldMarks is shared by (job_mark.py)
 
     def _bump_mark(self, agent: Agent) -> None:
         """The mark moves: one blind write of one of its shards, fresh bytes every attempt (job_mark.py).
@@ -202,8 +203,21 @@ class Jobs:
         rounds cost reads and retries.  Nothing needs the old value; what is
         promised is that the mark changes and never comes back.  Sharded, so
         that no object of it is written more often than a cloud allows.
+        The first change of an agent in this process also overwrites the
+        older drivers' single mark with a refusal, in parallel (job_mark.py,
+        ``OldMarks``): they answer an error instead of a mark that no longer
+        moves.
         """
-        job_mark.bump(self.space.store, self.space.keys(agent), self.shards)
+        self.space.at_once(*self._mark_writes(agent))
+
+    def _mark_writes(self, agent: Agent) -> list[Callable[[], Any]]:
+        """The writes that move the mark, to be sent at once: the shard's, and the old mark's refusal
+        when it is due.  A list, so that a caller with a write of its own sends all of them in one
+        ``at_once`` (a ``beside`` task never waits on another)."""
+        keys, store = self.space.keys(agent), self.space.store
+        old = job_mark.old_marks(self._backend)
+        bump: Callable[[], Any] = lambda: job_mark.bump(store, keys, self.shards)  # noqa: E731
+        return [lambda: old.refuse(store, keys), bump] if old.due(keys) else [bump]
 
     def _sweep(self, listed: list[Listed], emptied: list[int | None]) -> None:
         """Delete the records a listing found empty for over TOMBSTONE_MS, each only at the version listed."""
@@ -446,7 +460,7 @@ class Jobs:
         # mark moves before waiting changes; claim_index.py's entry comes before the job enters firing).
         # Either alone, landed, is a leftover the readers tolerate: a mark moved for nothing, an entry
         # no record names.  (No order between them: recovery reads the index, pollers the mark.)
-        self.space.at_once(lambda: self._bump_mark(agent), lambda: self.claimed.add(keys, job_id))
+        self.space.at_once(*self._mark_writes(agent), lambda: self.claimed.add(keys, job_id))
 
         def change(record: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
             places = _places(checked(keys, key, record))
@@ -512,7 +526,7 @@ class Jobs:
 
     def mark(self, agent: Agent) -> int:
         """One listing of the mark's shards, hashed (job_mark.py): no object is read, none can be malformed."""
-        return job_mark.read(self.space.store, self.space.keys(agent))
+        return job_mark.read(self.space.store, self.space.keys(agent), job_mark.old_marks(self._backend))
 
     def day(self, agent: Agent) -> tuple[int, int]:
         value = self._small(self.space.keys(agent).day(), "job day")

@@ -56,6 +56,9 @@ from cloudstore.client import ServeProcess
 REPO = Path(__file__).resolve().parents[2]
 #: The name of this checkout's own code in every function below.
 HEAD = "HEAD"
+#: Set to a release's name to run the matrix with that release in HEAD's place (``as_head``): each test of
+#: a finding must fail so, with the release before the fix (``CLOUDSTORE_AS_HEAD=0.5.0 pytest tests/upgrade``).
+AS_HEAD_ENV = "CLOUDSTORE_AS_HEAD"
 #: The file naming the shipped releases by commit.
 RELEASES_JSON = Path(__file__).with_name("releases.json")
 #: The entry point of each driver program, by the program's name (pyproject's [project.scripts]).
@@ -83,6 +86,11 @@ def releases() -> dict[str, Release]:
     """Every release ``releases.json`` names, oldest first."""
     data = json.loads(RELEASES_JSON.read_text())
     return {name: Release(name, r["commit"], int(r["format"]), r["layout"]) for name, r in data["releases"].items()}
+
+
+def as_head() -> str:
+    """The release the matrix runs as "the new one": HEAD, or the one ``CLOUDSTORE_AS_HEAD`` names."""
+    return os.environ.get(AS_HEAD_ENV) or HEAD
 
 
 def previous() -> str:
