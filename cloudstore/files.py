@@ -37,6 +37,21 @@ says its state.  A ledger of this layout also says whether any file key of
 0.4's layout (keys.py) was there: where none, no op looks for one.  A
 hashed path's real path is in its header only: a live one is read once
 (then remembered by version), a tombstone never.
+
+Moved stubs (docs/admin.md, "Upgrading and rolling back").  Drivers of 0.4
+(eafe802, 83cc396) know no store format and read a path at its old key only
+(``keys.old_path_part``).  Where that key would be empty or stale they
+answer wrong (a file that exists read as null, a version given again), so
+it holds a *stub* instead: a header whose ``"v"`` is no integer and which
+names no ``"path"``, so every file op of 0.4 on it fails with an error
+naming what to do (``int(header["v"])``, ``header["path"]``).  These
+drivers, and 0.5.0's, read a stub only where the path's new key has no
+object or a listing cannot tell it from a file, and take it as "nothing
+here" (``is_stub``): it carries no version (a path whose new key has no
+object starts at version 1, as it would with no stub), and its size says
+neither state (0.5.0 reads it only where no new key shadows it).
+``migrate --in-place`` leaves one at each old key it moves; a driver of
+this layout creates one beside each new path it creates.
 """
 
 from __future__ import annotations
@@ -46,6 +61,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeGuard, TypeVar
 
 from . import metrics
@@ -57,12 +73,13 @@ from .generations import (
     Listed,
     Object,
     PreconditionFailed,
+    StoreRefused,
     StoreUnavailable,
     Update,
     backoff_sleep,
     frame,
 )
-from .keys import AgentKeys, is_old_file_part
+from .keys import PART_MAX, AgentKeys, is_old_file_part
 from .space import CAS_ROUNDS, KEEP, Contention, ContextPool, Space
 from .validate import FILE_MAX, FILES_MAX, Agent, RequestError, compact
 
@@ -80,6 +97,8 @@ LEDGER_LAYOUT = 2
 SIZE_MODULUS = 32
 LIVE_RESIDUE = 0
 GONE_RESIDUE = 1
+#: A moved stub's (``stub_body``): neither state, so a listing of 0.4.1 reads it, and fails on it.
+STUB_RESIDUE = 2
 #: What a process keeps of agents' ledgers (never changed once made, so kept as long as the budget allows).
 LEDGER_BUDGET = 4 * 1024 * 1024
 _NONCE_STANDIN = "0" * 32  # a frame's length does not depend on its nonce's digits, only on its lineage
@@ -102,9 +121,13 @@ def body(header: dict[str, Any], data: bytes, lineage: tuple[str, ...]) -> bytes
     size is then ``GONE_RESIDUE`` (mod ``SIZE_MODULUS``) for a tombstone and
     ``LIVE_RESIDUE`` for a live file, which a listing shows on every backend.
     """
-    head = compact(header).encode("ascii")
-    framed = len(frame(_NONCE_STANDIN, b"", lineage[:HISTORY]))
     want = GONE_RESIDUE if header.get("gone", False) else LIVE_RESIDUE
+    return _padded(compact(header).encode("ascii"), data, lineage, want)
+
+
+def _padded(head: bytes, data: bytes, lineage: tuple[str, ...], want: int) -> bytes:
+    """``head``, spaces, a newline and ``data``: stored with ``lineage``'s frame, ``want`` modulo ``SIZE_MODULUS``."""
+    framed = len(frame(_NONCE_STANDIN, b"", lineage[:HISTORY]))
     pad = (want - (framed + len(head) + 1 + len(data))) % SIZE_MODULUS
     return head + b" " * pad + b"\n" + data
 
@@ -115,6 +138,36 @@ def state_of_size(size: int | None) -> bool | None:
         return None
     residue = size % SIZE_MODULUS
     return True if residue == LIVE_RESIDUE else False if residue == GONE_RESIDUE else None
+
+
+#: A moved stub's ``"v"``: 0.4's drivers fail on ``int()`` of it with this text in their error.
+MOVED = "moved to the layout of cloudstore 0.5+ (store format 3): roll forward"
+
+
+def stub_body(lineage: tuple[str, ...]) -> bytes:
+    """A moved stub's payload (module docstring), its stored size saying neither state (``STUB_RESIDUE``).
+
+    No ``"path"``: 0.4's listing reads every object's path from its header
+    and fails on it; 83cc396's reads an object whose size says neither state,
+    so it fails too (with a size saying "gone" it would skip the stub and
+    list the new keys as paths ending in ``%``).  Drivers of 0.5 and later
+    never judge an old key by its size: a listing skips the old keys the new
+    ones shadow, and reads the others.
+    """
+    return _padded(compact({"v": MOVED, "moved": 3}).encode("ascii"), b"", lineage, STUB_RESIDUE)
+
+
+def is_stub(header: Any) -> bool:
+    """Whether a parsed header is a moved stub's: nothing here, the path's new key is the truth."""
+    return isinstance(header, dict) and "moved" in header and not isinstance(header.get("v"), int)
+
+
+def parsed(obj: Object | None) -> tuple[dict[str, Any] | None, bytes]:
+    """(header, data) of a file object; (None, b"") for no object and for a moved stub alike."""
+    if obj is None:
+        return None, b""
+    header, data = _split(obj.data)
+    return (None, b"") if is_stub(header) else (header, data)
 
 
 def ledger_body(before: dict[str, Any], old: bool) -> bytes:
@@ -138,9 +191,44 @@ def _live(header: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
 
 
 def _summary(obj: Object) -> tuple[bool, str]:
-    """What a listing needs of a file object: whether it is live, and its path."""
+    """What a listing needs of a file object: whether it is live, and its path (a moved stub: not live, no path)."""
     header = json.loads(obj.data.partition(b"\n")[0])
+    if is_stub(header):
+        return False, ""
     return _live(header), header["path"]
+
+
+def _old_summary(obj: Object) -> tuple[bool, str, bool]:
+    """``_summary`` of an object at a key of 0.4's layout, and whether it is a moved stub."""
+    header = json.loads(obj.data.partition(b"\n")[0])
+    if is_stub(header):
+        return False, "", True
+    return _live(header), header["path"], False
+
+
+def ledger_facts(store: Any, files_prefix: str) -> tuple[dict[str, list[Any]], bool]:
+    """What a ledger says of an agent's files below ``files_prefix``: facts by key part, and whether any
+    key of 0.4's layout holding a file (not a moved stub) is there.  One listing, then every object's head
+    read (16 at once); shared by the drivers (``Files._made``) and ``migrate --in-place``.
+    """
+    listed = store.list(files_prefix)
+    # A pool of its own: a maker may itself run on the space's pool (a writer there), whose tasks
+    # must never wait on tasks of that pool.
+    with ContextPool(max_workers=16) as pool:
+        objects = list(pool.map(lambda item: store.get(item.key, HEADER_MAX), listed))
+    before: dict[str, list[Any]] = {}
+    old = False
+    for item, obj in zip(listed, objects, strict=True):
+        if obj is None:
+            continue  # gone since the listing
+        live, path, stub = _old_summary(obj)
+        part = item.key[len(files_prefix):]
+        if stub:
+            continue  # nothing here
+        old = old or is_old_file_part(part)
+        if obj.version is not None:  # of no known version: read whenever listed
+            before[part] = [obj.version, live, path]
+    return before, old
 
 
 #: What a ledger holds of one object: (its version, live, its path), by its key below the agent's ``f/``.
@@ -155,6 +243,7 @@ class Files:
         self.store = space.store
         self._ledgers: Bounded[str, Facts] = Bounded(LEDGER_BUDGET)
         self._clean: Bounded[str, bool] = Bounded(CLEAN_BUDGET)  # agents whose ledger says no old key is left
+        self._marked: Bounded[str, bool] = Bounded(CLEAN_BUDGET)  # agents whose ledger this process marked
         self._making = threading.Lock()
 
     @staticmethod
@@ -169,20 +258,47 @@ class Files:
 
         A loop of its own, not ``Space.update``: the padding depends on the
         write's lineage (its frame's length), known only once the mode is.
+
+        A path's first write in this layout also guards its old key (0.4's,
+        where it is inline) with a moved stub, so that a driver of 0.4 run
+        after it (a rollback) fails there instead of answering from nothing:
+        where the old key held a file of 0.4, the stub replaces it (at the
+        version read) before the new key is created; where it was read and
+        held nothing, or this process knows the agent's ledger (it exists, so
+        0.5.0 never meets the stub while making one), the stub's create goes
+        beside the new key's (one round trip, one request more); otherwise it
+        is created after the reply, once the ledger is made.
         """
         keys = self.space.keys(agent)
         key = keys.file(path)
+        old_key = keys.old_file(path)
+        if old_key is not None and any(len(p.encode("utf-8")) > PART_MAX for p in old_key.split("/")):
+            old_key = None  # a key path-based servers refuse (0.4's writes there too): no stub, read as ever
         for attempt in range(CAS_ROUNDS):
             obj = self.store.get(key)
-            seed = obj if obj is not None else self._old(keys, path)  # the new key takes over an old one's state
-            header, data = (None, b"") if seed is None else _split(seed.data)
+            seed = self._old(keys, path) if obj is None else None  # the new key takes over an old one's state
+            header, data = parsed(obj if obj is not None else seed)
             new, result = change(header, data)
             if new is KEEP:
                 return result
             mode = Create() if obj is None else Update.of(obj)
             new_header, new_data = new
+            payload = body(new_header, new_data, mode.lineage)
             try:
-                written = self.store.put(key, body(new_header, new_data, mode.lineage), mode)
+                if obj is not None or old_key is None or (seed is not None and header is None):
+                    written = self.store.put(key, payload, mode)  # an old key that needs no guard, or has one
+                elif seed is not None:  # a file of 0.4: its old key is a stub before the new key says more
+                    self.store.put(old_key, stub_body(Update.of(seed).lineage), Update.of(seed))
+                    written = self.store.put(key, payload, mode)
+                elif self._ledgers.get(keys.base) is not None or self._clean.get(keys.base):
+                    guard: Object | None
+                    written, guard = self.space.at_once(partial(self.store.put, key, payload, mode),
+                                                        partial(self._guard, old_key))
+                    if guard is not None:  # a file of 0.4 the ledger's word hid: built on it instead
+                        return self._rebuilt(keys, key, old_key, written, guard, change)
+                else:
+                    written = self.store.put(key, payload, mode)
+                    self.space.defer(lambda: self._guard_later(keys, old_key))
             except (AlreadyExists, PreconditionFailed):
                 metrics.CAS_LOST.inc(self.store.label, metrics.current_op())
                 backoff_sleep(attempt)
@@ -194,25 +310,105 @@ class Files:
             return result
         raise Contention(f"gave up after {CAS_ROUNDS} lost compare-and-set rounds on one object")
 
+    def _guard(self, old_key: str) -> Object | None:
+        """Create a moved stub at ``old_key`` unless one is there; the object there when it holds a file of 0.4.
+
+        Path-based servers (SeaweedFS) refuse an object where a folder of its
+        name holds objects: the old key then reads as nothing, and 0.4 is
+        refused it the same way, so there is nothing to guard.
+        """
+        try:
+            self.store.put(old_key, stub_body(Create().lineage), Create())
+            return None
+        except StoreRefused:  # a key this server refuses (a part too long...): 0.4 is refused it as well
+            return None
+        except AlreadyExists:
+            there = self.store.get(old_key)
+            return there if there is not None and parsed(there)[0] is not None else None
+
+    def _guard_later(self, keys: AgentKeys, old_key: str) -> None:
+        """``_guard`` after the reply, once the agent's ledger exists (so no ledger is ever made beside a stub
+        by 0.5.0, which would fail on it); a file of 0.4 found there only marks the ledger."""
+        self._ledger(keys)
+        if self._guard(old_key) is not None:
+            self._met_old(keys)
+
+    def _rebuilt(self, keys: AgentKeys, key: str, old_key: str, written: Object, there: Object,
+                 change: Callable[[dict[str, Any] | None, bytes], tuple[Any, T]]) -> T:
+        """The new key was just created from nothing, but the old key holds a file of 0.4 (written after this
+        process learnt the agent's ledger said none was left): redo the op on that file, before answering.
+
+        The new key is rewritten at the version just created, to the op's
+        outcome on the old file (or the old file itself where the op changes
+        nothing), and the old key becomes a stub at the version read, both at
+        once.  Either write losing means another driver wrote meanwhile: an
+        error saying the outcome is unknown, never a wrong answer.
+        """
+        self._met_old(keys)
+        header, data = parsed(there)
+        new, result = change(header, data)
+        if new is KEEP:  # the op changes nothing: the new key holds the old file as it is
+            new = (dict(header or {}), data)
+        if written.version is None:
+            raise StoreUnavailable("a file of 0.4's layout was found beside this write; outcome unknown",
+                                   outcome_unknown=True)
+        mode = Update.of(written)
+        try:
+            self.space.at_once(lambda: self.store.put(key, body(new[0], new[1], mode.lineage), mode),
+                               lambda: self.store.put(old_key, stub_body(Update.of(there).lineage), Update.of(there)))
+        except (AlreadyExists, PreconditionFailed) as exc:
+            raise StoreUnavailable(f"a driver of 0.4 wrote this path beside this one ({exc}); outcome unknown",
+                                   outcome_unknown=True) from exc
+        return result
+
     def _old(self, keys: AgentKeys, path: str) -> Object | None:
         """The path's object in 0.4's layout (keys.py), read only where its key of this layout has none.
 
-        Once the path is written in this layout its new key shadows the old
-        one, which no driver writes again (``migrate --in-place`` deletes it).
+        Not read where this process knows the agent's ledger says no file of
+        0.4 is left (a hint for cost: a listing that meets one, and any op
+        that finds one, take the hint back, ``_met_old``).  A file of 0.4
+        found here marks the ledger so: a new key shadows an old one only
+        once a driver of this layout has written the path.
         """
         old = keys.old_file(path)
         if old is None or self._clean.get(keys.base):
             return None
-        return self.store.get(old)
+        obj = self.store.get(old)
+        if obj is not None and parsed(obj)[0] is not None:
+            self._met_old(keys)
+        return obj
+
+    def _met_old(self, keys: AgentKeys) -> None:
+        """A file of 0.4's layout is at an old key no new key shadows: no op may skip old keys from now on.
+
+        Forgotten here at once; the ledger in the store is rewritten to say
+        an old key is there (``"old": true``, its facts kept) after the
+        reply, once per agent and process, so that every process that reads
+        it from then on looks too.
+        """
+        was_clean = self._clean.pop(keys.base) is not None
+        if (self._ledgers.get(keys.base) is not None and not was_clean) or self._marked.get(keys.base):
+            return  # the ledger this process read already says an old key is there; or it was marked
+        self._marked.put(keys.base, True, 256)
+        self.space.defer(lambda: self._mark_old(keys))
+
+    def _mark_old(self, keys: AgentKeys) -> None:
+        def change(raw: bytes | None) -> tuple[Any, None]:
+            if raw is None:
+                return KEEP, None  # no ledger: its maker will find the old key
+            record = json.loads(raw)
+            if not is_clean(record):
+                return KEEP, None
+            return ledger_body(record["before"], True), None
+
+        self.space.update(keys.file_ledger(), change, raw=True)
 
     def read(self, agent: Agent, path: str) -> dict[str, Any] | None:
         keys = self.space.keys(agent)
         obj = self.store.get(keys.file(path))
         if obj is None:
             obj = self._old(keys, path)
-        if obj is None:
-            return None
-        header, data = _split(obj.data)
+        header, data = parsed(obj)
         if not _live(header):
             return None
         return {"data": base64.b64encode(data).decode("ascii"), "version": int(header["v"])}
@@ -264,14 +460,25 @@ class Files:
         base = keys.files()
         listed_keys = {item.key for item in inline + hashed}
         judged: list[tuple[Listed, bool | None, str | None]] = []
+        olds: list[Listed] = []  # old keys no new key shadows, and no ledger fact settles
         for i, item in enumerate(inline + hashed):
             is_hashed = i >= len(inline)
-            if not is_hashed and is_old_file_part(item.key[len(base):]) and self._shadowed(keys, item, listed_keys):
+            is_old = not is_hashed and is_old_file_part(item.key[len(base):])
+            if is_old and self._shadowed(keys, item, listed_keys):
                 continue  # an old layout's key its path's key of this layout shadows (``_old``)
             live, path = self._judge(item, ledger.get(item.key[len(base):]))
+            if is_old and ledger.get(item.key[len(base):]) is None:
+                olds.append(item)  # 0.4 wrote it unpadded, or it is a stub: its size says nothing
+                continue
             if path is None and not is_hashed:
                 path = keys.path_of(item.key)
             judged.append((item, live, path))
+        for item, summary in zip(olds, self.space.listed_values(olds, _old_summary, head=HEADER_MAX, kind="old"),
+                                 strict=True):
+            if summary is None or summary[2]:
+                continue  # gone since the listing, or a moved stub: nothing here
+            self._met_old(keys)  # a file of 0.4 written since the ledger: reads and writes must find it too
+            judged.append((item, summary[0], keys.path_of(item.key)))
         unsure = [item for item, live, path in judged if live is None or (live and path is None)]
         read = dict(zip((item.key for item in unsure),
                         self.space.listed_values(unsure, _summary, head=HEADER_MAX), strict=True))
@@ -348,19 +555,7 @@ class Files:
             return self._made(keys)
 
     def _made(self, keys: AgentKeys) -> Facts:
-        listed = self.store.list(keys.files())
-        # A pool of its own: a maker may itself run on the space's pool (a writer there), whose tasks
-        # must never wait on tasks of that pool.
-        with ContextPool(max_workers=16) as pool:
-            objects = list(pool.map(lambda item: self.store.get(item.key, HEADER_MAX), listed))
-        base = keys.files()
-        before: dict[str, list[Any]] = {}
-        for item, obj in zip(listed, objects, strict=True):
-            if obj is None or obj.version is None:
-                continue  # gone since the listing; or of no known version: read whenever listed
-            live, path = _summary(obj)
-            before[item.key[len(base):]] = [obj.version, live, path]
-        old = any(is_old_file_part(item.key[len(base):]) for item in listed)
+        before, old = ledger_facts(self.store, keys.files())
         raw = ledger_body(before, old)
         try:
             self.store.put(keys.file_ledger(), raw, Create())

@@ -15,12 +15,21 @@ stored size says its state, so the ledger is not needed for it); read the
 new key back and check it holds that version and those bytes, or a later
 version (a driver wrote the path since); then delete the old key, only at
 the version read.  Versions travel in the header, so none comes back.
-Last, each agent's file ledger, where it has one and no old key is left,
-is rewritten to say so (``clean_ledger``): drivers then stop looking for
-old keys.
+Then the old key is not deleted but overwritten, at the version read, by a
+*moved stub* (files.py): drivers of 0.4 know no store format and read a
+path at its old key only, so an empty old key would let one, after a
+rollback, read a file that exists as null and give its versions again; the
+stub makes each of their file ops fail with an error that says to roll
+forward.  Drivers of 0.5 and later read a stub as "nothing here".  A path
+of this layout whose old key is empty (written by 0.5.0, which made no
+stubs) gets one too, so a rollback finds every path guarded.
+Last, each agent's file ledger, where no old key holding a file is left, is
+rewritten to say so (``clean_ledger``), or made where the agent has none
+(so that no driver of 0.5.0, which cannot read a stub, makes one beside
+them): drivers then stop looking for old keys.
 
 Resumable and idempotent: a rerun finds moved keys gone and half-moved ones
-(written, not yet deleted) verified at their new key, and deletes those.  It
+(written, not yet stubbed) verified at their new key, and stubs those.  It
 refuses nothing it can settle; an old key whose header names another path
 than its key spells, or whose new key holds an older version, is left where
 it is and named (exit 1): an operator decides.  Drivers may run meanwhile
@@ -35,9 +44,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..files import body, is_clean, ledger_body
-from ..generations import AlreadyExists, Create, NotFound, Overwrite, PreconditionFailed
-from ..keys import decode_path, is_old_file_part, path_part
+from ..files import HEADER_MAX, body, is_clean, is_stub, ledger_body, ledger_facts, stub_body
+from ..generations import AlreadyExists, Create, Overwrite, PreconditionFailed, StoreRefused, Update
+from ..keys import FILE_END, PART_MAX, decode_path, is_old_file_part, old_path_part, path_part
 from .walk import WORKERS, Key, Opened, bounded, list_all, open_url
 
 
@@ -46,10 +55,12 @@ class Moved:
     """What a run did."""
 
     url: str
-    moved: int = 0  # written at the new key and the old one deleted
-    resumed: int = 0  # found written (by a run cut short, or a driver) and the old one deleted
+    moved: int = 0  # written at the new key and the old one made a stub
+    resumed: int = 0  # found written (by a run cut short, or a driver) and the old one made a stub
     gone: int = 0  # listed, gone before it was read
-    ledgers: int = 0  # agents' ledgers rewritten to say no old key is left
+    stubs: int = 0  # old keys found holding a stub already (moved before)
+    guarded: int = 0  # paths of this layout whose empty old key was given a stub
+    ledgers: int = 0  # agents' ledgers rewritten, or made, to say no old key is left
     left: list[str] = field(default_factory=list)  # old keys left in place, with why
 
     @property
@@ -58,7 +69,8 @@ class Moved:
 
     def as_dict(self) -> dict[str, Any]:
         return {"url": self.url, "moved": self.moved, "resumed": self.resumed, "gone": self.gone,
-                "ledgers": self.ledgers, "left": self.left, "ok": self.ok}
+                "stubs": self.stubs, "guarded": self.guarded, "ledgers": self.ledgers, "left": self.left,
+                "ok": self.ok}
 
 
 def old_file_keys(keys: list[Key]) -> list[Key]:
@@ -78,13 +90,15 @@ def _header(raw: bytes) -> tuple[dict[str, Any], bytes]:
 
 
 def move_one(opened: Opened, key: Key) -> tuple[str, str]:
-    """Move one old key; (outcome, detail): ``moved``, ``resumed``, ``gone`` or ``left``."""
+    """Move one old key; (outcome, detail): ``moved``, ``resumed``, ``gone``, ``stubs`` or ``left``."""
     store = opened.store
     old = store.get(key.key)
     if old is None:
         return "gone", key.key
     try:
         header, data = _header(old.data)
+        if is_stub(header):
+            return "stubs", key.key
         int(header["v"])
     except (ValueError, TypeError, KeyError, RecursionError):
         return "left", f"{key.key}: no file object a driver wrote (its header is no {{v, path}})"
@@ -104,11 +118,10 @@ def move_one(opened: Opened, key: Key) -> tuple[str, str]:
     if not _carries(header, data, new_header, new_data):
         return "left", f"{key.key}: {target} holds version {new_header.get('v')}, not {header['v']} or later"
     try:
-        store.delete(key.key, old.version)
-    except NotFound:
-        pass
-    except PreconditionFailed:  # rewritten since it was read; or gone (SeaweedFS: a conditional DELETE of
-        if store.get(key.key) is not None:  # a missing key is 412, not 404)
+        store.put(key.key, stub_body(Update.of(old).lineage), Update.of(old))
+    except (PreconditionFailed, AlreadyExists):  # rewritten since it was read (an old driver still runs?)
+        now_old = store.get(key.key)
+        if now_old is None or not is_stub(_header(now_old.data)[0]):
             return "left", f"{key.key}: rewritten while it was moved (an old driver still runs?)"
     return outcome, target
 
@@ -143,14 +156,74 @@ def relayout(url: str, workers: int = WORKERS) -> Moved:
         else:
             setattr(summary, outcome, getattr(summary, outcome) + 1)
     after = list_all(opened)
-    still = old_file_keys(after)
+    listed = {k.key for k in after}
+    summary.guarded = sum(bounded(lambda k: guard_one(opened, k, listed), [k for k in after if k.kind == "file"],
+                                  workers))
+    still = [k for k, real in zip(old_file_keys(after), bounded(lambda k: _holds_file(opened, k),
+                                                                 old_file_keys(after), workers), strict=True)
+             if real]
     if not summary.left and still:
         summary.left.append("old keys were written while this ran (an old driver still runs?): run it again")
     unmoved = {k.agent for k in still}
+    ledgers = {k.agent for k in after if k.agent is not None and k.parts[3:] == ["ledger"]}
     for key in after:
         if key.agent is not None and key.agent not in unmoved and key.parts[3:] == ["ledger"]:
             summary.ledgers += clean_ledger(opened, key)
+    for key in after:  # an agent with files and no ledger: one made now, before any 0.5.0 makes one
+        if key.kind == "file" and key.agent is not None and key.agent not in unmoved | ledgers:
+            ledgers.add(key.agent)
+            summary.ledgers += make_ledger(opened, key)
     return summary
+
+
+def _holds_file(opened: Opened, key: Key) -> bool:
+    """Whether an old key holds a file of 0.4 (not a moved stub, not gone)."""
+    obj = opened.store.get(key.key, HEADER_MAX)
+    return obj is not None and not is_stub(_header(obj.data)[0])
+
+
+def guard_one(opened: Opened, key: Key, listed: set[str]) -> int:
+    """Give a path of this layout a moved stub at its old key where that is empty; 1 if it did.
+
+    Paths 0.5.0 made have none.  A hashed key's path is in its header (one
+    GET); a path whose old key is hashed too has one key only, nothing to
+    guard; a key a path-based server refuses (a part over 255 bytes, an
+    object beside a folder of its name) is refused to 0.4 as well.
+    """
+    part = "/".join(key.parts[4:])
+    base = key.key[: len(key.key) - len(part)]
+    if is_old_file_part(part):
+        return 0
+    if part.endswith(FILE_END):
+        path = decode_path(part)
+    else:
+        obj = opened.store.get(key.key, HEADER_MAX)
+        header = None if obj is None else _header(obj.data)[0]
+        if not isinstance(header, dict) or not isinstance(header.get("path"), str):
+            return 0
+        path = header["path"]
+    old = base + old_path_part(path)
+    if old == key.key or old in listed or not is_old_file_part(old[len(base):]):
+        return 0
+    if any(len(p.encode("utf-8")) > PART_MAX for p in old.split("/")):
+        return 0
+    try:
+        opened.store.put(old, stub_body(Create().lineage), Create())
+    except (AlreadyExists, StoreRefused):
+        return 0
+    return 1
+
+
+def make_ledger(opened: Opened, key: Key) -> int:
+    """Make the ledger of the agent owning file key ``key`` (files.py ``ledger_facts``); 1 if this made it."""
+    files_prefix = key.key[: len(key.key) - len("/".join(key.parts[4:]))]
+    before, old = ledger_facts(opened.store, files_prefix)
+    ledger = files_prefix[: -len("f/")] + "ledger"
+    try:
+        opened.store.put(ledger, ledger_body(before, old), Create())
+    except AlreadyExists:
+        return 0
+    return 1
 
 
 def clean_ledger(opened: Opened, key: Key) -> int:
@@ -174,8 +247,9 @@ def clean_ledger(opened: Opened, key: Key) -> int:
 
 def text(summary: Moved) -> str:
     lines = [f"in place: {summary.url}",
-             f"moved {summary.moved}, already at their new keys {summary.resumed}, gone {summary.gone}; "
-             f"ledgers marked clean {summary.ledgers}"]
+             f"moved {summary.moved}, already at their new keys {summary.resumed}, gone {summary.gone}, "
+             f"stubs already {summary.stubs}; paths given a stub {summary.guarded}; "
+             f"ledgers marked clean or made {summary.ledgers}"]
     lines += [f"left: {why}" for why in summary.left]
-    lines.append("ok: no file key of the old layout is left" if summary.ok else "NOT DONE: see 'left'")
+    lines.append("ok: every file key of the old layout is a moved stub" if summary.ok else "NOT DONE: see 'left'")
     return "\n".join(lines)
