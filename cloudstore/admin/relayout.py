@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..files import HEADER_MAX, body, is_clean, is_stub, ledger_body, ledger_facts, stub_body
-from ..generations import AlreadyExists, Create, Overwrite, PreconditionFailed, StoreRefused, Update
+from ..generations import AlreadyExists, Create, NotFound, Overwrite, PreconditionFailed, StoreRefused, Update
 from ..keys import FILE_END, PART_MAX, decode_path, is_old_file_part, old_path_part, path_part
 from .walk import WORKERS, Key, Opened, bounded, list_all, open_url
 
@@ -117,11 +117,26 @@ def move_one(opened: Opened, key: Key) -> tuple[str, str]:
     new_header, new_data = _header(now.data)
     if not _carries(header, data, new_header, new_data):
         return "left", f"{key.key}: {target} holds version {new_header.get('v')}, not {header['v']} or later"
+    if any(len(p.encode("utf-8")) > PART_MAX for p in key.parts):
+        return _delete(opened, key, old.version, outcome, target)  # a key path-based servers refuse: none kept
     try:
         store.put(key.key, stub_body(Update.of(old).lineage), Update.of(old))
     except (PreconditionFailed, AlreadyExists):  # rewritten since it was read (an old driver still runs?)
         now_old = store.get(key.key)
         if now_old is None or not is_stub(_header(now_old.data)[0]):
+            return "left", f"{key.key}: rewritten while it was moved (an old driver still runs?)"
+    return outcome, target
+
+
+def _delete(opened: Opened, key: Key, version: str | None, outcome: str, target: str) -> tuple[str, str]:
+    """Delete an old key at the version read (no stub: its part is over 255 bytes, which path-based servers
+    refuse; on the others a rolled-back 0.4 could write that path again, docs/admin.md says so)."""
+    try:
+        opened.store.delete(key.key, version)
+    except NotFound:
+        pass
+    except PreconditionFailed:  # rewritten since it was read; or gone (SeaweedFS: a conditional DELETE of
+        if opened.store.get(key.key) is not None:  # a missing key is 412, not 404)
             return "left", f"{key.key}: rewritten while it was moved (an old driver still runs?)"
     return outcome, target
 
