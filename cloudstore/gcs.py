@@ -141,6 +141,30 @@ def _classify(exc: Exception, creating: bool = False) -> Exception:
     return exc
 
 
+#: The largest body google-cloud-storage sends in one request; above it the SDK starts a resumable upload.
+_ONE_REQUEST_LIMIT = 5 * 1024**4  # GCS's own object size limit (5 TiB): every body in one request
+
+
+def _single_request_uploads() -> None:
+    """Make the SDK send every upload as ONE request (multipart), whatever its size.
+
+    google-cloud-storage uploads a body over 8 MiB (``blob._MAX_MULTIPART_SIZE``)
+    as a resumable upload: a session request, then the data.  That is a
+    second request path, with faults of its own, and fake-gcs-server checks no
+    ``ifGenerationMatch`` on it (two 9 MB creates of one event both won).  With
+    one path, the server check (server_check.py) covers every write this
+    backend makes; GCS accepts a single-request upload of any size.  The
+    SDK reads the limit at each upload, so raising it here (this process's
+    SDK, used by nothing else) takes effect at once; tests/test_large_bodies.py
+    counts one request a write at the proxy, and fails if a later SDK stops
+    honouring it.
+    """
+    from google.cloud.storage import blob as sdk_blob
+
+    if getattr(sdk_blob, "_MAX_MULTIPART_SIZE", None) != _ONE_REQUEST_LIMIT:
+        sdk_blob._MAX_MULTIPART_SIZE = _ONE_REQUEST_LIMIT
+
+
 class GCSBackend:
     """Objects in one GCS bucket; ``STORAGE_EMULATOR_HOST`` reaches an emulator."""
 
@@ -185,6 +209,7 @@ class GCSBackend:
         # _request_helpers.wait_and_retry calls the request once when the
         # strategy is None.
         self._no_retry: Any = None
+        _single_request_uploads()
 
     def _received(self, response: Any, *args: Any, **kwargs: Any) -> None:
         received = time.time()
