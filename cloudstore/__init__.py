@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .api import Store
 
-__version__ = "0.3.0"
+__version__ = "0.6.0"
 
 
 def open(url: str, **settings: Any) -> Store:  # noqa: A001 - cloudstore.open, as io.open / gzip.open

@@ -48,7 +48,7 @@ usage: {name} (--version | --help | contract | call | serve)
   contract   print the contract this driver keeps, as one JSON line, and exit
   call       read one request (JSON) on stdin, print one reply line, and exit
   serve      read requests one a line, print each reply as a line; exit 0 at the end of stdin
-  --version  print the version;  --help  print this
+  --version  print the version and the store formats it reads and writes;  --help  print this
 
 Requests and replies are JSON objects, one a line, on stdin and stdout; stdout
 carries replies only, logs go to stderr. Every failure is a reply
@@ -244,7 +244,9 @@ def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: TextIO | N
     command = argv[0]
     out = stdout or sys.stdout
     if command == "--version":
-        out.write(f"{info.name} {__version__}\n")
+        from .store_format import supported  # no SDK: the record's rules only
+
+        out.write(f"{info.name} {__version__} ({supported()})\n")
         return 0
     if command == "--help":
         out.write(info.help)
