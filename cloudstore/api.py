@@ -447,15 +447,23 @@ class Engine:
         self._cond = threading.Condition()
         self._closed = False
         self._after = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cloudstore-after")
+        self._gate: Any = None  # store_gate.StoreGate, made with the first service
 
     def _make(self) -> Answerer:
         """A new answerer as a driver's first request makes one (``Answerer._service``), on our backend."""
         from .driver import BUCKET, GCS, Answerer
-        from .generations import RetryingStore
+        from .generations import RetryingStore, backend_label
         from .service import Service
         from .space import Space
+        from .store_gate import StoreGate
 
-        service = Service(Space(RetryingStore(self.backend), self.location.prefix))
+        with self._cond:  # one gate for every service of the pool: the record read and the server probed once
+            if self._gate is None:
+                self._gate = StoreGate(self.backend, self.location.prefix,
+                                       check_server=backend_label(self.backend) != "file")
+        store = RetryingStore(self.backend)
+        store.gate = self._gate
+        service = Service(Space(store, self.location.prefix))
         service.space.deferred = []  # packing and index drops wait until the reply is out, as in serve
         answerer = Answerer(GCS if self.location.scheme == "gs" else BUCKET)
         answerer.service = service

@@ -352,6 +352,17 @@ class Backend(Protocol):
         ...
 
 
+class WriteGate(Protocol):
+    """What the seam asks before every write (``store_gate.StoreGate``): may this process write the store?
+
+    It raises (a ``StoreRefused``: nothing was changed) when the store's format
+    record refuses this release, or its server ignores preconditions; it is
+    cheap once it has answered.
+    """
+
+    def require_write(self) -> None: ...
+
+
 # --------------------------------------------------------------------------
 # Retries that know their own writes
 
@@ -438,6 +449,12 @@ class RetryingStore:
         self._count_lock = threading.Lock()
         #: The backend's kind in metrics: "gcs", "s3" or "file".
         self.label = backend_label(backend)
+        #: Asked before every write (``store_gate.guard`` sets it); None: a store used raw (tests, the gate's own).
+        self.gate: WriteGate | None = None
+
+    def _may_write(self) -> None:
+        if self.gate is not None:
+            self.gate.require_write()
 
     def op_window(self) -> contextlib.AbstractContextManager[None]:
         """One deadline (the policy's) for every retry inside: the service opens one around each op."""
@@ -538,6 +555,7 @@ class RetryingStore:
         certainly won; StoreUnavailable (outcome unknown) when a write that
         may have landed cannot be told apart from another's.
         """
+        self._may_write()
         nonce = new_nonce()
         history = mode.lineage[:HISTORY]
         raw = frame(nonce, payload, history)
@@ -615,6 +633,7 @@ class RetryingStore:
         once (``Throttled``), not waited out: a writer with other objects that
         serve as well (the mark's shards) moves on to one of them.
         """
+        self._may_write()
         made: list[tuple[bytes, str]] = []
 
         def attempt() -> str | None:
@@ -640,6 +659,7 @@ class RetryingStore:
         A retry that finds the object gone after a failed first try counts as
         ours: deletion is idempotent.
         """
+        self._may_write()
         maybe_landed = [False]
 
         def attempt() -> bool:

@@ -27,6 +27,7 @@ from .generations import StoreUnavailable
 from .jobs import Jobs
 from .leases import Leases
 from .space import Contention, Space
+from .store_gate import StoreGate
 from .tools import Tools
 
 Reply = dict[str, Any]
@@ -116,9 +117,15 @@ class Service:
         """``answer``'s reply, and whether it is an error saying ``outcome unknown``."""
         store = self.space.store
         before = store.writes
+        gate = store.gate if isinstance(store.gate, StoreGate) else None
         try:
             with store.op_window():  # the op's requests share one retry deadline, inside the bridge's call limit
-                return self.handle(request), False
+                if gate is not None:
+                    gate.begin()  # the format record's read (and the server probe) travel beside the op's requests
+                reply = self.handle(request)
+                if gate is not None:
+                    gate.require_read()  # a store this release must not read answers no read
+                return reply, False
         except v.RequestError as exc:
             return error(str(exc)), False
         except (StoreUnavailable, Contention) as exc:

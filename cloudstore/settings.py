@@ -86,10 +86,13 @@ def open_backend(location: Location, create: bool = True, setting: str = "the fi
 
 
 def open_store(location: Location, create: bool = True, setting: str = "the file:// URL") -> RetryingStore:
-    """The retrying, framing store every collection writes through.
+    """The retrying, framing store every collection writes through, gated (``store_gate``).
 
     ``LNK_STORE_FAILPOINT=N`` (tests only) makes the process kill itself
     before its Nth store request, to prove every op whole after a crash.
     """
+    from .store_gate import guard
+
     die_at = os.environ.get(FAILPOINT, "")
-    return RetryingStore(open_backend(location, create, setting), die_at=int(die_at) if die_at.isdigit() else None)
+    store = RetryingStore(open_backend(location, create, setting), die_at=int(die_at) if die_at.isdigit() else None)
+    return guard(store, location.prefix)  # the format record and the server's preconditions, checked first
