@@ -4,6 +4,7 @@
     lnk-store-admin gc URL [--apply] [--min-age SECONDS] [--json]
     lnk-store-admin migrate SRC DST [--force] [--workers N] [--json]
     lnk-store-admin migrate --in-place URL [--workers N] [--json]
+    lnk-store-admin format URL [--lower N] [--json]
 
 URL is ``file:///ABSOLUTE/FOLDER``, ``s3://BUCKET[/PREFIX]`` or
 ``gs://BUCKET[/PREFIX]``; endpoints and credentials come from the same
@@ -25,7 +26,7 @@ import os
 import sys
 
 from .. import jsonlog
-from ..generations import StoreError
+from ..generations import StoreError, StoreRefused
 from ..settings import SettingError
 
 ENVIRONMENT = """settings read from the environment (as the drivers do):
@@ -64,6 +65,11 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--force", action="store_true", help="copy into a non-empty destination")
     m.add_argument("--workers", type=int, default=16, help="parallel requests (default 16)")
     m.add_argument("--json", action="store_true")
+    f = sub.add_parser("format", help="the store's format record and the layouts it holds; lower it where safe")
+    f.add_argument("url")
+    f.add_argument("--lower", type=int, default=None, metavar="N",
+                   help="set the record's reader and writer to N, where a walk proves nothing newer is stored")
+    f.add_argument("--json", action="store_true")
     return p
 
 
@@ -88,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     except SettingError as exc:
         _say(args, str(exc))
         return 2
+    except StoreRefused as exc:  # the format record or the server refuses this release: it says why
+        _say(args, str(exc))
+        return 1
     except StoreError as exc:
         _say(args, f"the store failed: {exc}")
         return 1
@@ -115,6 +124,22 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, sort_keys=False) if args.json else inspect.table(report))
         if not report["totals"]["agents"]:
             _say(args, "this store holds no agent: is the URL the one the drivers use?")
+        return 0
+    if args.command == "format":
+        from . import formats
+
+        opened = open_url(args.url)
+        if args.lower is None:
+            report = formats.show(opened)
+            print(json.dumps(report, indent=2) if args.json else formats.text(report))
+            return 0
+        try:
+            lowered = formats.lower(opened, args.lower)
+        except formats.Unsafe as exc:
+            _say(args, f"refused: {exc}")
+            return 1
+        print(json.dumps(lowered, indent=2) if args.json else
+              f"record lowered: reader {lowered['record']['reader']}, writer {lowered['record']['writer']}")
         return 0
     if args.command == "gc":
         from . import gc

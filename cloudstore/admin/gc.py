@@ -54,7 +54,7 @@ from ..keys import claim_root, conversation_key, due_root, name_part
 from ..removal import FENCE, PURGE_AFTER_MS
 from ..space import KEEP, Contention
 from .inspect import claimed_record, holds_firing, named_entry, record_key, tombstone_head
-from .walk import ADMIN_PREFIX, Key, ListedAgent, Opened, list_all, parallel
+from .walk import ADMIN_PREFIX, Key, ListedAgent, Opened, list_all, parallel, readable
 
 log = logging.getLogger("cloudstore")
 
@@ -342,6 +342,7 @@ def _drop_record(opened: Opened, key: Key, epoch: int, fence: int) -> bool:
 
 def run(opened: Opened, do_apply: bool, policy: Policy | None = None) -> tuple[Plan, Result | None, bool | None]:
     """One pass: judge, and with ``do_apply`` probe the store's conditional delete and apply."""
+    readable(opened)  # a store of a newer format is judged by a release that knows it, never by this one
     plan = judge(opened, policy)
     if not do_apply:
         return plan, None, None

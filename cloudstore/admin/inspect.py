@@ -28,7 +28,7 @@ from ..due_index import GRACE, DueEntry, parse_entry
 from ..heads import has_lease
 from ..keys import claim_record, claim_root, due_record, due_root
 from .progress import Progress
-from .walk import KINDS, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel
+from .walk import KINDS, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel, readable
 
 PLACES = ("waiting", "firing", "ending")
 AGENT_WORKERS = 16  # agents reported at once (each runs its own requests in parallel too)
@@ -189,6 +189,7 @@ def named_entry(opened: Opened, record: str) -> str | None:
 
 def inspect(opened: Opened, lapse_ms: int = 30_000, show_progress: bool = False) -> dict:
     """The whole report as one JSON-able document (progress over the agents on stderr if asked)."""
+    record = readable(opened)
     keys = list_all(opened)
     now = opened.store.clock.now()
     by_agent: dict[tuple[str, str], list[Key]] = defaultdict(list)
@@ -225,6 +226,7 @@ def inspect(opened: Opened, lapse_ms: int = 30_000, show_progress: bool = False)
         slot["bytes"] += k.size
     return {
         "store": opened.url,
+        "format": record,
         "lapse_ms": lapse_ms,
         "agents": reports,
         "due_index": due_report(opened, keys, now),
@@ -251,7 +253,11 @@ def _due(value: Any) -> str:
 
 def table(report: dict) -> str:
     """The report for people: one block per agent, then the index and the totals."""
-    lines = [f"store {report['store']}  (lapse judged at {report['lapse_ms']} ms)", ""]
+    record = report.get("format")
+    lines = [f"store {report['store']}  (lapse judged at {report['lapse_ms']} ms)",
+             "format record: none (a legacy store)" if record is None else
+             f"format record: reader {record['reader']}, writer {record['writer']}, features "
+             f"{record['features'] or 'none'}, written by {record['by'] or 'unknown'}", ""]
     for a in report["agents"]:
         if "hashed" not in a:  # its report failed: an op on its objects answered an error
             lines.append(f"agent {a['owner_part']}/{a['id_part']}: not inspected: {'; '.join(a['errors'])}")

@@ -70,10 +70,11 @@ from ..generations import (
     unframe,
 )
 from ..keys import due_root, is_due_entry_of_part
+from ..store_gate import StoreGate
 from ..validate import compact
 from .progress import Progress
 from .verify import compare
-from .walk import ADMIN_PREFIX, WORKERS, Key, Opened, bounded, list_all, open_url
+from .walk import ADMIN_PREFIX, STORE_KINDS, WORKERS, Key, Opened, bounded, list_all, open_url, readable
 
 #: The marker a migration writes in its destination first (below the destination's prefix).
 MARKER = ADMIN_PREFIX + "migrate"
@@ -237,6 +238,14 @@ def _overlap(a: Opened, b: Opened) -> bool:
     return la.bucket == lb.bucket and (la.prefix.startswith(lb.prefix) or lb.prefix.startswith(la.prefix))
 
 
+def _carry_record(src: Opened, dst: Opened) -> None:
+    """The destination's format record asks at least what the source's does (each store keeps its own:
+    the destination's was written by its first write, the marker; the copy never copies records)."""
+    src_gate, dst_gate = src.store.gate, dst.store.gate
+    if isinstance(src_gate, StoreGate) and isinstance(dst_gate, StoreGate) and src_gate.record is not None:
+        dst_gate.raise_to(src_gate.record)
+
+
 def migrate(src_url: str, dst_url: str, force: bool = False, workers: int = WORKERS,
             log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> Summary:
     """Copy, resume, verify: see the module docstring."""
@@ -244,9 +253,11 @@ def migrate(src_url: str, dst_url: str, force: bool = False, workers: int = WORK
     if _overlap(src, dst):
         raise Refused("the source and the destination overlap (one lies inside the other)")
     summary = Summary(_where(src), _where(dst))
-    src_keys = [k for k in list_all(src) if k.kind != "admin"]
+    readable(src)  # a source this release must not read, or a destination it must not write, is refused
+    readable(dst)
+    src_keys = [k for k in list_all(src) if k.kind not in STORE_KINDS]
     dst_listed = list_all(dst)
-    dst_data = [k for k in dst_listed if k.kind != "admin"]
+    dst_data = [k for k in dst_listed if k.kind not in STORE_KINDS]
     marker_key = dst.root + MARKER
     marker = dst.store.get(marker_key)
     named = None
@@ -326,10 +337,11 @@ def migrate(src_url: str, dst_url: str, force: bool = False, workers: int = WORK
     for why in summary.refused:
         log(f"refused: {why}")
 
+    _carry_record(src, dst)
     log("verifying through the drivers' ops on both sides")
     began = time.monotonic()
     expected = expectation(src, dst, src_keys)
-    after = [k for k in list_all(dst) if k.kind != "admin"]
+    after = [k for k in list_all(dst) if k.kind not in STORE_KINDS]
     summary.problems, summary.agents_compared = compare(src, dst, src_keys, after, expected, copied=True)
     summary.verify_seconds = time.monotonic() - began
     for problem in summary.problems:

@@ -30,7 +30,7 @@ from typing import Any
 
 from ..keys import decode_path
 from .inspect import PLACES
-from .walk import ADMIN_PREFIX, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel
+from .walk import STORE_KINDS, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel
 
 #: Differences named per kind of object; past that, a count.
 NAMED_PER_KIND = 10
@@ -202,8 +202,8 @@ def objects(src: Opened, dst: Opened, began: list[Key], dst_keys: list[Key]) -> 
     """
     from .migrate import Raw, refusal, translator  # migrate imports this module
 
-    now = {k.rel: k for k in list_all(src) if not k.rel.startswith(ADMIN_PREFIX)}
-    there = {k.rel: k for k in dst_keys if not k.rel.startswith(ADMIN_PREFIX)}
+    now = {k.rel: k for k in list_all(src) if k.kind not in STORE_KINDS}
+    there = {k.rel: k for k in dst_keys if k.kind not in STORE_KINDS}
     found: dict[str, list[str]] = {}
 
     def differ(key: Key, what: str) -> None:

@@ -18,11 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .. import server_check, store_format
 from ..generations import Listed, RetryingStore
 from ..keys import AgentKeys, ConversationKey, conversation_key, decode_part, is_hashed
 from ..service import Service
 from ..settings import Location, open_store, parse_location
 from ..space import Space
+from ..store_gate import StoreGate
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -32,8 +34,13 @@ R = TypeVar("R")
 ADMIN_PREFIX = "_admin/"
 
 #: Every kind of key, in the order tables show them.
-KINDS = ("event", "segment", "head", "tools", "job", "mark", "day", "file", "name", "due", "claim", "admin",
-         "other")
+KINDS = ("event", "segment", "head", "tools", "job", "mark", "day", "file", "name", "due", "claim", "format",
+         "probe", "admin", "other")
+#: The store's own objects, not any agent's data: its format record and the server probe's keys
+#: (store_format.py, server_check.py), and the admin tool's.  migrate neither copies nor compares them:
+#: each store has its own (the destination's record is written by its first write, then raised to the
+#: source's: migrate.py).
+STORE_KINDS = frozenset({"format", "probe", "admin"})
 
 #: Threads for parallel requests: enough to hide a bucket's round trip, few enough for a shared machine.
 WORKERS = 16
@@ -68,6 +75,10 @@ def classify(rel: str) -> tuple[str, tuple[str, str] | None]:
     """(kind, (owner part, id part) or None) of a key below the store's root (keys.py's layout)."""
     if rel.startswith(ADMIN_PREFIX):
         return "admin", None
+    if rel == store_format.KEY:
+        return "format", None
+    if rel.startswith(server_check.PREFIX):
+        return "probe", None
     if rel.startswith("_due/"):
         return "due", None
     if rel.startswith("_claim/"):  # the claim index (claim_index.py)
@@ -175,6 +186,19 @@ def open_url(url: str, what: str = "URL", create: bool = False) -> Opened:
     store = open_store(location, create, setting=what)
     space = Space(store, location.prefix)
     return Opened(url, location, store, space, Service(space))
+
+
+def readable(opened: Opened) -> dict | None:
+    """Check that this release may read the store (its format record, its server); the record, as shown.
+
+    Raises ``store_gate.FormatRefused`` (or ``ServerIgnoresPreconditions``) naming why not.  Every admin
+    command but ``format`` (which shows a refused store's record too) asks before it reads.
+    """
+    gate = opened.store.gate
+    if not isinstance(gate, StoreGate):
+        return None
+    gate.require_read()
+    return None if gate.record is None else gate.record.wire()
 
 
 def list_all(opened: Opened) -> list[Key]:
