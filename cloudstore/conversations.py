@@ -189,13 +189,21 @@ class Conversations:
         return self._last_listed(at, known)[0]
 
     def _epoch_layout(self, keys: AgentKeys, thread: str, epoch: int) -> bool:
-        """Whether an epoch keeps its events newest first: every epoch but those 0.3.0 wrote events in.
+        """Whether an epoch keeps its events newest first: every epoch but those 0.3.0 began.
 
         An epoch's layout is fixed by its first event, and this driver writes
         the first event of an epoch in the new layout always (``_fresh``), so
-        an epoch is in 0.3.0's layout exactly when it has a 0.3.0 event key.
+        an epoch is in 0.3.0's layout when it has a 0.3.0 event key and none
+        of the new layout.  Both listings, at once: a 0.3.0 driver beside
+        this one reads a newest-first epoch as empty and writes stray events
+        of its own layout into it (issue 41, finding 3); the epoch's
+        appenders are still this layout's, so that is the layout its removal
+        must fence (0.5.0 and before fenced the old one, and answered an
+        append from memory ``done`` into the removed epoch).
         """
-        return not self.store.list(keys.events(thread, epoch, False), limit=1)
+        newest, oldest = self.space.together(lambda: self.store.list(keys.events(thread, epoch, True), limit=1),
+                                             lambda: self.store.list(keys.events(thread, epoch, False), limit=1))
+        return bool(newest) or not oldest
 
     def _newest(self, keys: AgentKeys, thread: str) -> Listed | None:
         """The first key below the conversation: its newest epoch's newest event (keys.py), if any."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -201,9 +202,11 @@ def _keys(store: StoreUnderTest) -> dict[str, bytes]:
             for item in backend.list(loc.prefix)}
 
 
-def test_previous_admin_beside_head_objects(store: StoreUnderTest, fleet: Callable[[str], Driver],
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """The previous release's inspect and gc --apply on a store HEAD wrote: they run, and keep HEAD's objects.
+@pytest.mark.parametrize("tool", ["previous", "head"])
+def test_admin_beside_head_objects(store: StoreUnderTest, fleet: Callable[[str], Driver], tool: str,
+                                   monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The previous release's (and HEAD's) inspect, gc --apply and migrate on a store HEAD wrote: they run,
+    keep HEAD's objects (the root ones, the refusal over the old mark), and copy a store both drivers read.
 
     HEAD's root objects (``_format``, ``_probe/``) are planted where HEAD
     has not written them itself yet (as their drivers do once the record is
@@ -224,11 +227,15 @@ def test_previous_admin_beside_head_objects(store: StoreUnderTest, fleet: Callab
     before = _keys(store)
     assert "_format" in before and any(k.startswith("_probe/") for k in before)
 
-    shown = admin(previous(), store, "inspect", store.url, "--json")
+    release = previous() if tool == "previous" else as_head()
+    shown = admin(release, store, "inspect", store.url, "--json")
     assert shown.returncode == 0, shown.stderr
     json.loads(shown.stdout)
-    cleaned = admin(previous(), store, "gc", store.url, "--apply", "--min-age", "0")  # no grace: all it judges dead
+    cleaned = admin(release, store, "gc", store.url, "--apply", "--min-age", "0")  # no grace: all it judges dead
     assert cleaned.returncode == 0, cleaned.stderr
+    copy = f"file://{tmp_path / 'copy'}"
+    moved = admin(release, store, "migrate", store.url, copy)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
     after = _keys(store)
     kept = {k for k in before if k.startswith(("_format", "_probe/")) or k.endswith("/mark")}
     assert kept <= set(after), f"the previous release's gc deleted {sorted(kept - set(after))}"
