@@ -53,7 +53,7 @@ the first rule that fires for a request wins, and every rule counts every
 request it matches.  Every request is recorded (``Seen``: method, target,
 status the client got, status the store answered, time, action), so a test
 can assert how many requests reached the store (and how many body bytes
-each reply carried, ``sent``).  ``latency`` adds a fixed
+each request carried, ``received``, and each reply, ``sent``).  ``latency`` adds a fixed
 delay to every request (half on the way in, half on the way out), for
 round-trip figures closer to a real bucket's.
 
@@ -167,6 +167,7 @@ class Seen:
     answered: float = 0.0  # time.monotonic() when its reply (or none) was settled, before it was written
     shifted: float = 0.0  # seconds its reply's Date header was moved (DateShift)
     stripped: tuple[str, ...] = ()  # the preconditions taken off it before it was forwarded (``strip``)
+    received: int = 0  # body bytes the client sent (a body in one request, or one part of a multi-request upload)
 
 
 @dataclass
@@ -705,7 +706,7 @@ class FaultProxy:
         with self._lock:
             self.seen.append(Seen(request.method, request.as_sent or request.target, status, upstream, at,
                                   rule.action if rule else action, sent, request.body[:CONTENT_KEPT],
-                                  time.monotonic(), shifted, request.stripped))
+                                  time.monotonic(), shifted, request.stripped, len(request.body)))
 
     def _shift(self, request: _Request, reply: _Reply) -> float:
         """Move the reply's Date as the first DateShift that picks it says; the seconds moved."""
