@@ -341,3 +341,35 @@ def test_resign_matches_botocore_signing_without_the_header() -> None:
     assert request.header("authorization") == signed({})["Authorization"]
     unknown = _Request("PUT", "/b/k", "HTTP/1.1", list(with_it.items()), b"")
     assert not resign_sigv4(unknown, {"OTHER": "x"})
+
+
+def test_strip_on_the_kth_request_only(moto_server: Emulator) -> None:
+    """The seeded form, for schedules: the core's ``Rule("strip", nth=k)`` and the suite's
+    ``Fault("strip", "write", k)`` take the preconditions off that one request; the others keep theirs."""
+    from botocore import exceptions as bexc
+
+    from cloudstore.conformance.fault_proxy import Rule
+    from cloudstore.conformance.faults import Fault, SuiteProxy
+
+    def creates(proxy: FaultProxy) -> list[bool]:
+        client, key = s3_client(proxy.url, moto_server.env), f"kth-{uuid.uuid4().hex[:8]}"
+        accepted = []
+        for _ in range(4):
+            try:
+                client.put_object(Bucket=moto_server.bucket, Key=key, Body=b"x", IfNoneMatch="*")
+                accepted.append(True)
+            except bexc.ClientError:
+                accepted.append(False)
+        return accepted
+
+    with FaultProxy(moto_server.env["AWS_ENDPOINT_URL_S3"], flavor="s3") as proxy:
+        proxy.add(Rule("strip", method="PUT", nth=3))
+        assert creates(proxy) == [True, False, True, False]
+        assert [s.stripped for s in proxy.requests()] == [(), (), ("If-None-Match",), ()]
+    suite = SuiteProxy(moto_server.env["AWS_ENDPOINT_URL_S3"], "s3").start()
+    try:
+        suite.set(Fault("strip", "write", 2))
+        assert creates(suite) == [True, True, False, False]
+        assert [s.stripped for s in suite.requests()] == [(), ("If-None-Match",), (), ()]
+    finally:
+        suite.stop()
