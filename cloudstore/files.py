@@ -261,13 +261,15 @@ class Files:
 
         A path's first write in this layout also guards its old key (0.4's,
         where it is inline) with a moved stub, so that a driver of 0.4 run
-        after it (a rollback) fails there instead of answering from nothing:
-        where the old key held a file of 0.4, the stub replaces it (at the
-        version read) before the new key is created; where it was read and
-        held nothing, or this process knows the agent's ledger (it exists, so
-        0.5.0 never meets the stub while making one), the stub's create goes
-        beside the new key's (one round trip, one request more); otherwise it
-        is created after the reply, once the ledger is made.
+        after it (a rollback) fails there instead of answering from nothing.
+        Where the old key held a file of 0.4, the new key takes it over, then
+        the stub replaces it at the version read (the other order would lose
+        the file to a failure between; once per path).  Otherwise, where the
+        agent's ledger is known to exist (read beside the old key, ``_seed``:
+        so 0.5.0, which fails on a stub, never makes one beside it), the
+        stub's create goes beside the new key's: one PUT more, no round trip
+        more.  An agent with no ledger yet (its first file) gets it after the
+        reply, once the ledger is made.
         """
         keys = self.space.keys(agent)
         key = keys.file(path)
@@ -276,7 +278,9 @@ class Files:
             old_key = None  # a key path-based servers refuse (0.4's writes there too): no stub, read as ever
         for attempt in range(CAS_ROUNDS):
             obj = self.store.get(key)
-            seed = self._old(keys, path) if obj is None else None  # the new key takes over an old one's state
+            seed = None
+            if obj is None:  # the new key takes over an old one's state
+                seed = self._seed(keys, path, old_key is not None)
             header, data = parsed(obj if obj is not None else seed)
             new, result = change(header, data)
             if new is KEEP:
@@ -287,9 +291,11 @@ class Files:
             try:
                 if obj is not None or old_key is None or (seed is not None and header is None):
                     written = self.store.put(key, payload, mode)  # an old key that needs no guard, or has one
-                elif seed is not None:  # a file of 0.4: its old key is a stub before the new key says more
-                    self.store.put(old_key, stub_body(Update.of(seed).lineage), Update.of(seed))
+                elif seed is not None:  # a file of 0.4: the new key takes it over, then its old key is a stub
                     written = self.store.put(key, payload, mode)
+                    there = self._stub_over(old_key, seed)
+                    if there is not None:  # 0.4 wrote it again meanwhile: built on that instead
+                        return self._rebuilt(keys, key, old_key, written, there, change)
                 elif self._ledgers.get(keys.base) is not None or self._clean.get(keys.base):
                     guard: Object | None
                     written, guard = self.space.at_once(partial(self.store.put, key, payload, mode),
@@ -309,6 +315,31 @@ class Files:
                 self.space.defer(lambda: self._make_ledger(keys))
             return result
         raise Contention(f"gave up after {CAS_ROUNDS} lost compare-and-set rounds on one object")
+
+    def _seed(self, keys: AgentKeys, path: str, guarded: bool) -> Object | None:
+        """``_old``; where the path's old key is one a stub guards and this process knows no ledger of the
+        agent, the ledger is read beside it (one GET more, no round trip more: a first write reads it
+        anyway, after its reply), so that the stub's create can go beside the new key's."""
+        if not guarded or self._clean.get(keys.base) or self._ledgers.get(keys.base) is not None:
+            return self._old(keys, path)
+        seed, _ = self.space.at_once(partial(self._old, keys, path), partial(self._ledger_known, keys))
+        if parsed(seed)[0] is not None:  # the ledger, read beside, may have said clean: not so
+            self._met_old(keys)
+        return seed  # type: ignore[no-any-return]
+
+    def _stub_over(self, old_key: str, there: Object) -> Object | None:
+        """Replace a file of 0.4 at ``old_key`` (as read: ``there``) with a moved stub; the object there
+        instead when another write of 0.4 came between (None once a stub is there, by this or another writer).
+
+        Only after the path's new key holds the file: the other order would
+        lose the file to a failure between the two writes.
+        """
+        try:
+            self.store.put(old_key, stub_body(Update.of(there).lineage), Update.of(there))
+            return None
+        except (AlreadyExists, PreconditionFailed):
+            now = self.store.get(old_key)
+            return now if now is not None and parsed(now)[0] is not None else None
 
     def _guard(self, old_key: str) -> Object | None:
         """Create a moved stub at ``old_key`` unless one is there; the object there when it holds a file of 0.4.
