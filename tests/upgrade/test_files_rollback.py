@@ -19,6 +19,7 @@ Roll forward is as docs/admin.md says: stop 0.4, run the new release's
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
@@ -138,3 +139,74 @@ def test_a_rollback_after_the_move_answers_errors_or_the_truth(new_release: str,
         truth.ask(forward, "file_write", path=path, data=b64("next"), version=version if text is not None else 0)
     assert truth.files["skills/a.md"][0] >= 4
     assert truth.files["instructions/main.md"][0] >= 2
+
+
+def copy_url(store: StoreUnderTest, tmp_path: Any) -> str:
+    """A second, empty location beside the test's store: a folder, or another prefix of its bucket."""
+    return f"file://{tmp_path}/copy" if store.backend == "file" else store.url.rstrip("/") + "-copy"
+
+
+def agent_files(report: dict[str, Any], agent: dict[str, Any]) -> dict[str, int]:
+    """``inspect --json``'s file count and bytes of one agent (found by its id part)."""
+    mine = [a for a in report["agents"] if a.get("id_part") == "_" + agent["id"]]
+    assert len(mine) == 1 and "errors" not in mine[0], mine
+    return mine[0]["files"]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("admin_release", [HEAD, "0.5.0"])
+def test_stubs_are_nothing_to_0_5_0_and_to_either_admin(admin_release: str, fleet: Any, store: StoreUnderTest,
+                                                        agent: dict[str, Any], tmp_path: Any) -> None:
+    """0.5.0 keeps working beside HEAD on a store of stubs: every file op reads a stub as nothing and the
+    new key as the truth, and inspect, gc and migrate between stores (its verify included) of HEAD and of
+    0.5.0 see the files, not the stubs.  0.5.0's migrate --in-place names the stubs it cannot move and
+    changes nothing (exit 1); HEAD's counts them and is done (exit 0)."""
+    truth = Truth()
+    old = fleet("0.4.0")
+    for op, args in [("file_write", {"path": "skills/a.md", "data": b64("a1"), "version": 0}),
+                     ("file_write", {"path": "skills/a.md", "data": b64("a2"), "version": 1}),
+                     ("file_write", {"path": "instructions/main.md", "data": b64("m1"), "version": 0}),
+                     ("file_remove", {"path": "instructions/main.md", "version": 1})]:
+        truth.ask(old, op, **args)
+    old.close()
+    migrate_in_place(HEAD, store)
+    head = fleet(HEAD)
+    truth.ask(head, "file_write", path="skills/new.md", data=b64("n1"), version=0)
+    head.close()
+
+    prev = fleet("0.5.0")
+    for op, args in [("file_read", {"path": "skills/a.md"}), ("file_read", {"path": "instructions/main.md"}),
+                     ("file_read", {"path": "skills/new.md"}), ("file_list", {"folder": "skills"}),
+                     ("file_list", {"folder": "instructions"}),
+                     ("file_write", {"path": "skills/a.md", "data": b64("a3"), "version": 2}),
+                     ("file_write", {"path": "instructions/main.md", "data": b64("m2"), "version": 0}),
+                     ("file_append", {"path": "skills/new.md", "data": b64("+")}),
+                     ("file_remove", {"path": "skills/new.md", "version": 2}),
+                     ("file_write", {"path": "skills/new.md", "data": b64("n3"), "version": 0}),
+                     ("file_write", {"path": "skills/b.md", "data": b64("b1"), "version": 0}),
+                     ("file_list", {"folder": "skills"})]:
+        reply = truth.ask(prev, op, **args)
+        assert reply.get("reply") != "error", (op, args, reply)
+    prev.close()
+    live = {p: t for p, (_, t) in truth.files.items() if t is not None}
+
+    seen = admin(admin_release, store, "inspect", store.url, "--json")
+    assert seen.returncode == 0, seen.stderr[-3000:]
+    assert agent_files(json.loads(seen.stdout), agent) == {"count": len(live),
+                                                          "bytes": sum(len(t) for t in live.values())}
+    swept = admin(admin_release, store, "gc", store.url, "--apply", "--min-age", "0")
+    assert swept.returncode == 0, swept.stderr[-3000:]
+    dst = copy_url(store, tmp_path)
+    copied = admin(admin_release, store, "migrate", store.url, dst)
+    assert copied.returncode == 0, copied.stdout + copied.stderr[-3000:]
+    moved = admin(admin_release, store, "migrate", "--in-place", store.url)
+    assert moved.returncode == (0 if admin_release == HEAD else 1), moved.stdout + moved.stderr[-3000:]
+    for where in (store.url, dst):  # a fresh HEAD on each: everything 0.5.0 and the others acknowledged
+        at = StoreUnderTest(store.backend, store.program, {**store.env, "LNK_BUCKET_URL": where}, where)
+        with Driver(HEAD, at, agent) as fresh:
+            for path in sorted(truth.files):
+                truth.ask(fresh, "file_read", path=path)
+            truth.ask(fresh, "file_list", folder="skills")
+            truth.ask(fresh, "file_list", folder="instructions")
+    back = fleet("0.4.0")  # and a rollback still finds every path 0.5.0 made guarded (HEAD's migrate did it)
+    if admin_release == HEAD:
+        assert back("file_read", path="skills/b.md")["reply"] == "error"
