@@ -50,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
         "ifGenerationMatch taken off: faults.server_ignores_preconditions) must be refused: each write an "
         "error, never two racers of one seq 'done'. A failure prints "
         "the seed, the fault schedule and the history that broke; --seed N replays it. "
-        "On moto --faults takes about 20 s (--quick 15 s), --crash about a minute (--quick 30 s). "
+        "On moto --faults takes about 30 s (--quick 18 s), --crash about a minute (--quick 30 s). "
         "With --crash (any driver) the suite sends multi-request ops to serve processes it kills with SIGKILL "
         "before each store request in turn (where the driver honours LNK_STORE_FAILPOINT=N) and at seeded "
         "moments, and another process checks what the next ops see: no event lost or doubled, no job in two "
