@@ -73,6 +73,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults
 
 from emulators import Emulator, start_fake_gcs, start_moto  # noqa: E402
 from faults.http_proxy import FaultProxy, Seen  # noqa: E402
+from faults.rounds import rounds_of  # noqa: E402
 
 AGENT = {"id": "bench", "owner": "bench"}
 WARM = {"op": "last", "agent": {"id": "warm-up", "owner": None}, "thread": "warm-up"}
@@ -262,21 +263,6 @@ class Sample:
     @property
     def depth(self) -> float:
         return statistics.median(self.rounds)
-
-
-def rounds_of(seen: Sequence[Seen]) -> int:
-    """How many requests deep a try was at the proxy, whatever the emulator's speed.
-
-    The longest chain of requests each sent after the one before it was
-    answered (the proxy's clock, both ends). Requests sent together count
-    once; a request sent after another's answer only by chance counts as
-    waiting on it, so this is an upper bound on the rounds the op needed.
-    """
-    depth: list[int] = []
-    ordered = sorted(seen, key=lambda s: s.at)
-    for i, s in enumerate(ordered):
-        depth.append(1 + max((d for q, d in zip(ordered[:i], depth, strict=False) if q.answered <= s.at), default=0))
-    return max(depth, default=0)
 
 
 @dataclass
