@@ -57,8 +57,8 @@ class Truth:
         """``reply`` is an error or the truth; an acknowledged change becomes the truth."""
         if reply.get("reply") == "error":
             return
-        path = args.get("path")
-        version, text = self.files.get(path, (0, None)) if path else (0, None)
+        path: str = args.get("path", "")
+        version, text = self.files.get(path, (0, None))
         live = text is not None
         if op == "file_read":
             assert reply == {"reply": "file", "file": None if not live else {"data": b64(text or ""),
@@ -112,18 +112,21 @@ def test_a_rollback_after_the_move_answers_errors_or_the_truth(new_release: str,
 
     back = fleet(old_release)  # the rollback: every reply an error or the truth, never a wrong answer
     errors = 0
-    for op, args in [("file_read", {"path": "skills/a.md"}),
-                     ("file_list", {"folder": "skills"}),
-                     ("file_list", {"folder": "instructions"}),
-                     ("file_read", {"path": "skills/new.md"}),
-                     ("file_read", {"path": "instructions/main.md"}),
-                     ("file_write", {"path": "skills/a.md", "data": b64("r0"), "version": 0}),
-                     ("file_write", {"path": "skills/a.md", "data": b64("r3"), "version": 3}),
-                     ("file_write", {"path": "instructions/main.md", "data": b64("r0"), "version": 0}),
-                     ("file_write", {"path": "skills/new.md", "data": b64("r0"), "version": 0}),
-                     ("file_append", {"path": "skills/new.md", "data": b64("+")}),
-                     ("file_remove", {"path": "skills/a.md", "version": 3}),
-                     ("file_write", {"path": "skills/fresh.md", "data": b64("f1"), "version": 0})]:
+    during: list[tuple[str, dict[str, Any]]] = [
+        ("file_read", {"path": "skills/a.md"}),
+        ("file_list", {"folder": "skills"}),
+        ("file_list", {"folder": "instructions"}),
+        ("file_read", {"path": "skills/new.md"}),
+        ("file_read", {"path": "instructions/main.md"}),
+        ("file_write", {"path": "skills/a.md", "data": b64("r0"), "version": 0}),
+        ("file_write", {"path": "skills/a.md", "data": b64("r3"), "version": 3}),
+        ("file_write", {"path": "instructions/main.md", "data": b64("r0"), "version": 0}),
+        ("file_write", {"path": "skills/new.md", "data": b64("r0"), "version": 0}),
+        ("file_append", {"path": "skills/new.md", "data": b64("+")}),
+        ("file_remove", {"path": "skills/a.md", "version": 3}),
+        ("file_write", {"path": "skills/fresh.md", "data": b64("f1"), "version": 0}),
+    ]
+    for op, args in during:
         reply = truth.ask(back, op, **args)
         errors += reply.get("reply") == "error"
     assert errors  # loud: 0.4 is refused the paths the new layout holds
@@ -150,7 +153,8 @@ def agent_files(report: dict[str, Any], agent: dict[str, Any]) -> dict[str, int]
     """``inspect --json``'s file count and bytes of one agent (found by its id part)."""
     mine = [a for a in report["agents"] if a.get("id_part") == "_" + agent["id"]]
     assert len(mine) == 1 and "errors" not in mine[0], mine
-    return mine[0]["files"]  # type: ignore[no-any-return]
+    files: dict[str, int] = mine[0]["files"]
+    return files
 
 
 @pytest.mark.parametrize("admin_release", [HEAD, "0.5.0"])
@@ -174,16 +178,19 @@ def test_stubs_are_nothing_to_0_5_0_and_to_either_admin(admin_release: str, flee
     head.close()
 
     prev = fleet("0.5.0")
-    for op, args in [("file_read", {"path": "skills/a.md"}), ("file_read", {"path": "instructions/main.md"}),
-                     ("file_read", {"path": "skills/new.md"}), ("file_list", {"folder": "skills"}),
-                     ("file_list", {"folder": "instructions"}),
-                     ("file_write", {"path": "skills/a.md", "data": b64("a3"), "version": 2}),
-                     ("file_write", {"path": "instructions/main.md", "data": b64("m2"), "version": 0}),
-                     ("file_append", {"path": "skills/new.md", "data": b64("+")}),
-                     ("file_remove", {"path": "skills/new.md", "version": 2}),
-                     ("file_write", {"path": "skills/new.md", "data": b64("n3"), "version": 0}),
-                     ("file_write", {"path": "skills/b.md", "data": b64("b1"), "version": 0}),
-                     ("file_list", {"folder": "skills"})]:
+    beside: list[tuple[str, dict[str, Any]]] = [
+        ("file_read", {"path": "skills/a.md"}), ("file_read", {"path": "instructions/main.md"}),
+        ("file_read", {"path": "skills/new.md"}), ("file_list", {"folder": "skills"}),
+        ("file_list", {"folder": "instructions"}),
+        ("file_write", {"path": "skills/a.md", "data": b64("a3"), "version": 2}),
+        ("file_write", {"path": "instructions/main.md", "data": b64("m2"), "version": 0}),
+        ("file_append", {"path": "skills/new.md", "data": b64("+")}),
+        ("file_remove", {"path": "skills/new.md", "version": 2}),
+        ("file_write", {"path": "skills/new.md", "data": b64("n3"), "version": 0}),
+        ("file_write", {"path": "skills/b.md", "data": b64("b1"), "version": 0}),
+        ("file_list", {"folder": "skills"}),
+    ]
+    for op, args in beside:
         reply = truth.ask(prev, op, **args)
         assert reply.get("reply") != "error", (op, args, reply)
     prev.close()
