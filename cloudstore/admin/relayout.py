@@ -5,37 +5,41 @@ an object beside the folder of ``skills/a/inner.md``, and a path part could
 be 400 bytes.  Path-based S3 servers (MinIO, SeaweedFS) refuse both; this
 layout keys a file ``f/<path>%`` (keys.py).  Drivers of this layout read an
 old key where the new one has no object, so a store keeps working without
-this; the move removes the old keys (and the GET more a missing file costs
-while any may be left) and makes the store one a path-based server holds.
+this; the move empties the old keys (and saves the GET more a missing file
+costs while a file may be left at one).
 
 What it does, per old key (every key below an agent's ``f/`` that is inline
-and does not end in ``%``): read it; write its header and bytes at the path's key of
-this layout, only if absent, padded as files.py pads (``files.body``: the
-stored size says its state, so the ledger is not needed for it); read the
-new key back and check it holds that version and those bytes, or a later
-version (a driver wrote the path since); then delete the old key, only at
-the version read.  Versions travel in the header, so none comes back.
-Then the old key is not deleted but overwritten, at the version read, by a
-*moved stub* (files.py): drivers of 0.4 know no store format and read a
-path at its old key only, so an empty old key would let one, after a
+and does not end in ``%``): read it (a moved stub: done before, counted);
+write its header and bytes at the path's key of this layout, only if
+absent, padded as files.py pads (``files.body``: the stored size says its
+state, so the ledger is not needed for it); read the new key back and check
+it holds that version and those bytes, or a later version (a driver wrote
+the path since); then overwrite the old key, only at the version read, with
+a *moved stub* (files.py), never delete it.  Versions travel in the header,
+so none comes back.  Why a stub: drivers of 0.4 know no store format and
+read a path at its old key only, so an empty old key would let one, after a
 rollback, read a file that exists as null and give its versions again; the
 stub makes each of their file ops fail with an error that says to roll
-forward.  Drivers of 0.5 and later read a stub as "nothing here".  A path
-of this layout whose old key is empty (written by 0.5.0, which made no
-stubs) gets one too, so a rollback finds every path guarded.
+forward.  Drivers of 0.5 and later read a stub as "nothing here".  An old
+key with a part over 255 bytes (path-based servers refuse such a key) is
+deleted as before, unguarded.  Then every path of this layout whose old key
+is empty (0.5.0 made no stubs) gets a stub, so a rollback after this run
+finds every path guarded: run it before rolling back to 0.4, and again
+before rolling forward (it moves what 0.4 wrote meanwhile).
 Last, each agent's file ledger, where no old key holding a file is left, is
 rewritten to say so (``clean_ledger``), or made where the agent has none
-(so that no driver of 0.5.0, which cannot read a stub, makes one beside
-them): drivers then stop looking for old keys.
+(so that no driver of 0.5.0, which fails on a stub when it makes a ledger,
+ever makes one): drivers then stop looking for old keys.
 
-Resumable and idempotent: a rerun finds moved keys gone and half-moved ones
-(written, not yet stubbed) verified at their new key, and stubs those.  It
-refuses nothing it can settle; an old key whose header names another path
-than its key spells, or whose new key holds an older version, is left where
-it is and named (exit 1): an operator decides.  Drivers may run meanwhile
-(one at a time writes a path's new key, seeded from the old), but a read
-racing the move of its own file may find neither key: run it while the
-drivers are stopped, as a ``migrate`` between stores is.
+Resumable and idempotent: a rerun finds moved keys stubbed and half-moved
+ones (written, not yet stubbed) verified at their new key, and stubs those.
+It refuses nothing it can settle; an old key whose header names another
+path than its key spells, or whose new key holds an older version, is left
+where it is and named (exit 1): an operator decides.  Drivers may run
+meanwhile (one at a time writes a path's new key, seeded from the old), but
+run it while the drivers are stopped, as a ``migrate`` between stores is.
+0.5.0's own ``migrate --in-place`` names every stub as a key it cannot move
+and changes nothing (exit 1): use this release's.
 """
 
 from __future__ import annotations
