@@ -34,7 +34,8 @@ at that version has that state (a fact: versions never come back); one it
 names at another version, or one whose size says neither state, is read;
 any other object was written since the ledger, in this layout, and its size
 says its state.  A ledger of this layout also says whether any file key of
-0.4's layout (keys.py) was there: where none, no op looks for one.  A
+0.4's layout (keys.py) was there: where none, no op looks for one (a hint
+taken back by whichever op meets one, ``Files._met_old``).  A
 hashed path's real path is in its header only: a live one is read once
 (then remembered by version), a tombstone never.
 
@@ -174,9 +175,12 @@ def ledger_body(before: dict[str, Any], old: bool) -> bytes:
     """A ledger's body: its facts, and whether any file key of 0.4's layout was there (keys.py).
 
     A ledger that says none was there (and was made by this layout: older
-    ledgers say nothing of it) tells a driver that no old key can exist for
-    the agent, since only drivers of 0.4 wrote them and those do not run
-    beside these: its file ops then never look for an old key.
+    ledgers say nothing of it; moved stubs do not count) tells a driver that
+    no old key is expected for the agent: its file ops then do not look for
+    one.  A hint for cost only: a driver of 0.4 run afterwards (a rollback,
+    a mixed fleet) writes old keys anyway, and the op that meets one (a
+    listing, a first write's stub create, a read that looked) marks the
+    ledger again (``Files._met_old``).
     """
     return compact({"before": before, "layout": LEDGER_LAYOUT, "old": old}).encode("ascii")
 
@@ -480,6 +484,10 @@ class Files:
         Each listed object's state comes from the ledger (objects older than
         this layout, by version) or from its size; only objects neither
         settles, and live hashed paths not seen before, are read (their heads).
+        An old key (0.4's) is skipped where its path's new key is listed
+        beside it, and otherwise never judged by its size (0.4 wrote it
+        unpadded, or it is a moved stub): read, once per version, and where
+        it holds a file the ledger's "no old key" is taken back.
         """
         keys = self.space.keys(agent)
         under = folder.rstrip("/") + "/"
