@@ -63,6 +63,7 @@ class Moved:
     resumed: int = 0  # found written (by a run cut short, or a driver) and the old one made a stub
     gone: int = 0  # listed, gone before it was read
     stubs: int = 0  # old keys found holding a stub already (moved before)
+    orphans: int = 0  # stubs whose path's new key held nothing, deleted
     guarded: int = 0  # paths of this layout whose empty old key was given a stub
     ledgers: int = 0  # agents' ledgers rewritten, or made, to say no old key is left
     left: list[str] = field(default_factory=list)  # old keys left in place, with why
@@ -73,8 +74,8 @@ class Moved:
 
     def as_dict(self) -> dict[str, Any]:
         return {"url": self.url, "moved": self.moved, "resumed": self.resumed, "gone": self.gone,
-                "stubs": self.stubs, "guarded": self.guarded, "ledgers": self.ledgers, "left": self.left,
-                "ok": self.ok}
+                "stubs": self.stubs, "orphans": self.orphans, "guarded": self.guarded, "ledgers": self.ledgers,
+                "left": self.left, "ok": self.ok}
 
 
 def old_file_keys(keys: list[Key]) -> list[Key]:
@@ -94,7 +95,7 @@ def _header(raw: bytes) -> tuple[dict[str, Any], bytes]:
 
 
 def move_one(opened: Opened, key: Key) -> tuple[str, str]:
-    """Move one old key; (outcome, detail): ``moved``, ``resumed``, ``gone``, ``stubs`` or ``left``."""
+    """Move one old key; (outcome, detail): ``moved``, ``resumed``, ``gone``, ``stubs``, ``orphans`` or ``left``."""
     store = opened.store
     old = store.get(key.key)
     if old is None:
@@ -102,7 +103,7 @@ def move_one(opened: Opened, key: Key) -> tuple[str, str]:
     try:
         header, data = _header(old.data)
         if is_stub(header):
-            return "stubs", key.key
+            return _stub_found(opened, key, old.version)
         int(header["v"])
     except (ValueError, TypeError, KeyError, RecursionError):
         return "left", f"{key.key}: no file object a driver wrote (its header is no {{v, path}})"
@@ -130,6 +131,19 @@ def move_one(opened: Opened, key: Key) -> tuple[str, str]:
         if now_old is None or not is_stub(_header(now_old.data)[0]):
             return "left", f"{key.key}: rewritten while it was moved (an old driver still runs?)"
     return outcome, target
+
+
+def _stub_found(opened: Opened, key: Key, version: str | None) -> tuple[str, str]:
+    """A moved stub: ``stubs`` where its path's new key holds the path; an orphan (a driver's stub create
+    landed and its new key's create did not) is deleted at its version: ``orphans``.
+
+    0.5.0 fails on a stub no new key shadows (it reads it); the path never
+    held a file here, so no version of it can come back.
+    """
+    target = new_key_of(key, path_part_of_old(key))
+    if opened.store.get(target, HEADER_MAX) is not None:
+        return "stubs", key.key
+    return _delete(opened, key, version, "orphans", key.key)
 
 
 def _delete(opened: Opened, key: Key, version: str | None, outcome: str, target: str) -> tuple[str, str]:
@@ -267,7 +281,8 @@ def clean_ledger(opened: Opened, key: Key) -> int:
 def text(summary: Moved) -> str:
     lines = [f"in place: {summary.url}",
              f"moved {summary.moved}, already at their new keys {summary.resumed}, gone {summary.gone}, "
-             f"stubs already {summary.stubs}; paths given a stub {summary.guarded}; "
+             f"stubs already {summary.stubs}, orphan stubs deleted {summary.orphans}; "
+             f"paths given a stub {summary.guarded}; "
              f"ledgers marked clean or made {summary.ledgers}"]
     lines += [f"left: {why}" for why in summary.left]
     lines.append("ok: every file key of the old layout is a moved stub" if summary.ok else "NOT DONE: see 'left'")

@@ -217,3 +217,39 @@ def test_stubs_are_nothing_to_0_5_0_and_to_either_admin(admin_release: str, flee
     back = fleet("0.4.0")  # and a rollback still finds every path 0.5.0 made guarded (HEAD's migrate did it)
     if admin_release == HEAD:
         assert back("file_read", path="skills/b.md")["reply"] == "error"
+
+
+def test_an_orphan_stub_is_nothing_to_head_and_migrate_deletes_it(fleet: Any, store: StoreUnderTest,
+                                                                  agent: dict[str, Any],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stub whose path's new key holds nothing (a driver's stub create landed, its new key's did not):
+    HEAD reads it as nothing; 0.5.0 fails on it (loud, documented); HEAD's migrate --in-place deletes it,
+    after which 0.5.0 answers again."""
+    from cloudstore.admin.walk import open_url
+    from cloudstore.files import stub_body
+    from cloudstore.generations import Create
+    from cloudstore.keys import AgentKeys
+
+    for key, value in store.env.items():
+        monkeypatch.setenv(key, value)
+    opened = open_url(store.url)
+    keys = AgentKeys(opened.root, agent["owner"], agent["id"])
+    head = fleet(HEAD)
+    assert head("file_write", path="skills/a.md", data=b64("a"), version=0) == wrote(1)  # a ledger: the agent
+    head.close()  # had a file of this layout before
+    old_key = keys.old_file("skills/orphan.md")
+    assert old_key is not None
+    opened.store.put(old_key, stub_body(Create().lineage), Create())
+    head = fleet(HEAD)
+    assert head("file_read", path="skills/orphan.md") == {"reply": "file", "file": None}
+    assert head("file_list", folder="skills") == {"reply": "files", "files": ["skills/a.md"]}
+    head.close()
+    prev = fleet("0.5.0")
+    assert prev("file_read", path="skills/orphan.md")["reply"] == "error"
+    prev.close()
+    done = admin(HEAD, store, "migrate", "--in-place", store.url, "--json")
+    assert done.returncode == 0 and json.loads(done.stdout)["orphans"] == 1, done.stdout + done.stderr[-2000:]
+    prev = fleet("0.5.0")
+    assert prev("file_read", path="skills/orphan.md") == {"reply": "file", "file": None}
+    assert prev("file_list", folder="skills") == {"reply": "files", "files": ["skills/a.md"]}
+    assert prev("file_write", path="skills/orphan.md", data=b64("o"), version=0) == wrote(1)
