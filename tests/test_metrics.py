@@ -344,9 +344,15 @@ def test_bridge_serves_get_metrics(short_dir: Path) -> None:
         while port is None:  # the first lines are the start's; the port is in one of them
             line = json.loads(proc.stderr.readline())
             port = line.get("metrics_port")
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as got:
-            assert got.headers["Content-Type"] == metrics.CONTENT_TYPE
-            samples = metrics.parse(got.read().decode("utf-8"))
+
+        def scraped() -> Any:
+            """The samples once the driver's snapshot is in: a driver writes it after its reply, not before."""
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as got:
+                assert got.headers["Content-Type"] == metrics.CONTENT_TYPE
+                found = metrics.parse(got.read().decode("utf-8"))
+            return found if metrics.total(found, "lnk_store_replies_total") else None
+
+        samples = wait_for(scraped, what="the driver's counters at /metrics")
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=10)
     finally:
