@@ -85,7 +85,8 @@ def open_backend(location: Location, create: bool = True, setting: str = "the fi
         ) from None
 
 
-def open_store(location: Location, create: bool = True, setting: str = "the file:// URL") -> RetryingStore:
+def open_store(location: Location, create: bool = True, setting: str = "the file:// URL",
+               eager_probe: bool = True) -> RetryingStore:
     """The retrying, framing store every collection writes through, gated (``store_gate``).
 
     ``LNK_STORE_FAILPOINT=N`` (tests only) makes the process kill itself
@@ -95,4 +96,6 @@ def open_store(location: Location, create: bool = True, setting: str = "the file
 
     die_at = os.environ.get(FAILPOINT, "")
     store = RetryingStore(open_backend(location, create, setting), die_at=int(die_at) if die_at.isdigit() else None)
-    return guard(store, location.prefix)  # the format record and the server's preconditions, checked first
+    # The format record and the server's preconditions, checked first; ``eager_probe`` False: the server
+    # is probed only before a first write (a tool whose commands may only read: store_gate.py).
+    return guard(store, location.prefix, eager_probe)

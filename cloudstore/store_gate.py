@@ -39,7 +39,7 @@ class FormatRefused(StoreRefused):
 class StoreGate:
     """One store's checks for one process: the record read and judged, the server probed, once."""
 
-    def __init__(self, backend: Backend, root: str, check_server: bool) -> None:
+    def __init__(self, backend: Backend, root: str, check_server: bool, eager_probe: bool = True) -> None:
         # Requests of its own, on a store of its own: they are no op's writes (an op that fails after
         # them changed nothing of any agent), and a crash test's request numbering stays the ops'.
         self.store = RetryingStore(backend)
@@ -53,6 +53,9 @@ class StoreGate:
         self._malformed: str | None = None
         self._probe: Probe | None = Probe(self.store, root, self.store.label) if check_server else None
         self._probe_pending = False  # the first round's create was accepted: the second round is owed
+        #: Probe in the first round, beside the record's read (a driver: its first op is soon a write), or
+        #: only before the first write (the admin tool: ``inspect`` or a ``gc`` dry run writes nothing).
+        self._eager_probe = eager_probe
         self._written = False  # this process wrote, or found, the record its writes need
         #: A server seen ignoring a precondition stays refused for the process's life: what it did once
         #: it may do to any write, and probing it again would only write the probe again.
@@ -107,17 +110,28 @@ class StoreGate:
         self.require_read()
         self._judge(write=True)
         with self._lock:
-            if self._probe_pending and self._probe is not None:
+            if self._probe is not None:
                 try:
-                    self._probe.second()
+                    self._probe_now()
                 except ServerIgnoresPreconditions as exc:
                     self._ignores = exc
                     raise
-                self._probe_pending = False
-            self._probe = None if not self._probe_pending else self._probe
+                self._probe = None
             if not self._written:
                 self._ensure_record()
                 self._written = True
+
+    def _probe_now(self) -> None:
+        """What the probe still owes before a write: its first round (when the record's round had none),
+        then the second where the first's create was accepted."""
+        assert self._probe is not None and self._pool is not None
+        if not self._probe_pending:
+            stale = self._pool.submit(self._probe.stale_update)
+            self._probe_pending = self._probe.create()
+            stale.result()
+        if self._probe_pending:
+            self._probe.second()
+            self._probe_pending = False
 
     @property
     def record(self) -> Record | None:
@@ -132,7 +146,7 @@ class StoreGate:
     def _one_round(self) -> None:
         """The record's read and, where owed, the probe's first two writes, together."""
         assert self._pool is not None
-        probe = self._probe if not self._probe_pending else None
+        probe = self._probe if self._eager_probe and not self._probe_pending else None
         created: Future[bool] | None = None
         stale: Future[None] | None = None
         if probe is not None:
@@ -189,7 +203,7 @@ class StoreGate:
         raise FormatRefused("the store's format record kept changing while this driver wrote its own")
 
 
-def guard(store: RetryingStore, root: str) -> RetryingStore:
+def guard(store: RetryingStore, root: str, eager_probe: bool = True) -> RetryingStore:
     """``store`` with a gate for ``root`` (the server probed unless it is a folder); returns it."""
-    store.gate = StoreGate(store.backend, root, check_server=store.label != "file")
+    store.gate = StoreGate(store.backend, root, check_server=store.label != "file", eager_probe=eager_probe)
     return store

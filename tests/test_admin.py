@@ -26,7 +26,7 @@ from support import new_bucket
 from cloudstore.admin import gc
 from cloudstore.admin.migrate import expectation
 from cloudstore.admin.verify import compare
-from cloudstore.admin.walk import Opened, list_all, open_url
+from cloudstore.admin.walk import STORE_KINDS, Opened, list_all, open_url
 from cloudstore.due_index import DueIndex
 from cloudstore.validate import Agent
 
@@ -436,10 +436,10 @@ def _migrate_chain(moto_server: Any, gcs_server: Any, tmp_path: Any, env: dict[s
     print(f"\nbuilt {EVENTS} events, {FILES} files in {time.monotonic() - began:.1f} s")
 
     # file -> moto, killed after a third of the objects, then resumed.
-    total = len([k for k in list_all(open_url(first)) if k.kind != "admin"])
+    total = len([k for k in list_all(open_url(first)) if k.kind not in STORE_KINDS])
     killed = admin("migrate", first, s3, env={**env, "LNK_ADMIN_FAILPOINT": str(total // 3)}, check=False)
     assert killed.returncode == -9, killed.stderr[-2000:]
-    partial = [k for k in list_all(open_url(s3)) if k.kind != "admin"]
+    partial = [k for k in list_all(open_url(s3)) if k.kind not in STORE_KINDS]
     assert total // 3 - 32 <= len(partial) < total
     figures = {}
     resumed = json.loads(admin("migrate", first, s3, "--json", env=env).stdout)
@@ -448,7 +448,7 @@ def _migrate_chain(moto_server: Any, gcs_server: Any, tmp_path: Any, env: dict[s
     # Whole runs, for throughput: moto -> gcs -> file.  (Verifying reads through ops, which roll
     # forward a removal older than 90 s, as any reader does: a big build can lose its purged events.)
     for src, dst in ((s3, gs), (gs, last)):
-        there = len([k for k in list_all(open_url(src)) if k.kind != "admin"])
+        there = len([k for k in list_all(open_url(src)) if k.kind not in STORE_KINDS])
         summary = json.loads(admin("migrate", src, dst, "--json", env=env).stdout)
         assert summary["ok"] and summary["mismatches"] == 0, summary
         assert summary["copied"] == summary["objects"] == there, summary

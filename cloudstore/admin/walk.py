@@ -183,7 +183,7 @@ def open_url(url: str, what: str = "URL", create: bool = False) -> Opened:
     credentials come from the environment the drivers read (``settings.py``).  A ``file://``
     folder that does not exist is refused unless ``create`` (a migration's destination)."""
     location = parse_location(what, url, ("gs", "s3", "file"))
-    store = open_store(location, create, setting=what)
+    store = open_store(location, create, setting=what, eager_probe=False)  # inspect, a gc dry run: no write
     space = Space(store, location.prefix)
     return Opened(url, location, store, space, Service(space))
 
