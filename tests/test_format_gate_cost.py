@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from faults.http_proxy import FaultProxy, Seen
-from faults.rounds import rounds_of
+from faults.rounds import gate_kind, rounds_of
 from support import StoreUnderTest, fresh_agent, location_of, make_store
 
 from cloudstore import server_check
@@ -51,12 +51,7 @@ class Counted:
         return json.loads(lines[0])
 
 
-def what(seen: Seen) -> str | None:
-    """'format' or 'probe' for a request of the gate's (the key is in its path, query or upload body)."""
-    text = seen.target.encode() + seen.content
-    if b"_format" in text:
-        return "format"
-    return "probe" if server_check.PREFIX.rstrip("/").encode() in text else None
+what = gate_kind
 
 
 @pytest.fixture(params=["moto", "gcs"])
