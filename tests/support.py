@@ -89,6 +89,23 @@ def race(procs: list[ServeProcess], make: Callable[[int], Json]) -> list[Json]:
     return at_once([partial(ready, i) for i in range(len(procs))])
 
 
+@contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """``values`` set in ``os.environ`` inside, as they were after (an SDK client reads its endpoint when made).
+
+    For code that runs outside a test function's ``monkeypatch`` (a fixture's helper, a class's method)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def location_of(store: Any) -> Location:
     """The parsed location of a store under test."""
     setting = "LNK_GCS_URL" if store.backend == "gcs" else "LNK_BUCKET_URL"

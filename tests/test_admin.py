@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from support import new_bucket
+from support import environment, new_bucket
 
 from cloudstore.admin import gc
 from cloudstore.admin.migrate import expectation
@@ -412,16 +412,8 @@ def build_big(o: Opened, events: int, files: int) -> None:
 @pytest.mark.timeout(3600 if BIG else 300)
 def test_migrate_chain_resume_and_refusal(moto_server: Any, gcs_server: Any, tmp_path: Any) -> None:
     env = _env(moto_server.env, gcs_server.env)
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
+    with environment(env):
         _migrate_chain(moto_server, gcs_server, tmp_path, env)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _migrate_chain(moto_server: Any, gcs_server: Any, tmp_path: Any, env: dict[str, str]) -> None:

@@ -27,7 +27,6 @@ epoch at once.
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -39,7 +38,7 @@ from urllib.parse import quote
 
 import pytest
 from faults.http_proxy import DateShift, FaultProxy, Rule
-from support import StoreUnderTest, fresh_agent, location_of, make_store
+from support import StoreUnderTest, environment, fresh_agent, location_of, make_store
 
 from cloudstore.generations import RetryingStore, RetryPolicy
 from cloudstore.service import Service
@@ -126,17 +125,9 @@ class Fronts:
             shift = proxy.shift_dates(kind.make())
             shift.active = kind.always
         env = proxy.redirect(self.store.env)
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)  # the SDK client reads its endpoint when it is made
-        try:
+        with environment(env):  # the SDK client reads its endpoint when it is made
             loc = location_of(replace(self.store, env=env))
             service = Service(Space(RetryingStore(open_backend(loc), NO_WAIT), loc.prefix))
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         front = Front(name, self.store.backend, proxy, service, self.agent, shift, kind is not None and kind.always)
         self.made.append(front)
         warm(front)

@@ -11,14 +11,13 @@ record (``CLOUDSTORE_AS_HEAD=0.5.0``: it answers every op of a format-5 store as
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from releases import Driver, admin, as_head
-from support import StoreUnderTest, location_of
+from support import StoreUnderTest, environment, location_of
 
 from cloudstore import store_format
 from cloudstore.generations import Overwrite, RetryingStore
@@ -37,17 +36,9 @@ WRITES = [("append", {"thread": "t", "event": {"seq": 2}}), ("take", {"thread": 
 @contextmanager
 def raw(store: StoreUnderTest) -> Iterator[tuple[RetryingStore, str]]:
     """The test's store with no gate (as another release, or another credential holder, writes it)."""
-    saved = {k: os.environ.get(k) for k in store.env}
-    os.environ.update(store.env)
-    try:
+    with environment(store.env):
         location = location_of(store)
         yield RetryingStore(open_backend(location, create=False)), location.prefix
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def plant(store: StoreUnderTest, body: bytes) -> None:
