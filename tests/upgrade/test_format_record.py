@@ -11,14 +11,17 @@ record (``CLOUDSTORE_AS_HEAD=0.5.0``: it answers every op of a format-5 store as
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
+import releases as rel
 from releases import Driver, admin, as_head
 from support import StoreUnderTest, environment, location_of
 
+import cloudstore
 from cloudstore import store_format
 from cloudstore.generations import Overwrite, RetryingStore
 from cloudstore.settings import open_backend
@@ -157,3 +160,18 @@ def test_the_admin_tool_shows_refuses_and_lowers_only_where_proved(fleet: Callab
     newer = admin(as_head(), store, "inspect", store.url)
     assert newer.returncode == 1 and "needs a reader of store format 5" in newer.stderr, newer.stderr
     assert admin(as_head(), store, "format", store.url).returncode == 0  # it shows a store it must not read
+
+
+def test_a_release_says_its_version_and_store_formats() -> None:
+    """Finding 5: every build from 06d9b75 to c81d270 printed ``0.3.0`` though their layouts differ; HEAD
+    prints a version of its own and the store formats it reads and writes, and so will every release after."""
+    printed = {}
+    for release in [*rel.releases(), as_head()]:
+        argv = rel.driver_command(release, "lnk-bucket-store") + ["--version"]
+        printed[release] = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    old = [printed[r] for r in rel.releases()]
+    assert set(old) == {"lnk-bucket-store 0.3.0"}  # the fact the matrix names them by commit for
+    assert printed[as_head()] == (f"lnk-bucket-store {cloudstore.__version__} (store format {store_format.FORMAT}; "
+                                  f"reads formats {store_format.READS_FROM} to {store_format.FORMAT})")
+    assert printed[as_head()] not in old
+    assert store_format.FORMAT > max(r.format for r in rel.releases().values())
