@@ -33,6 +33,7 @@ import pytest
 from sim.history import History
 from sim.invariants import check
 from sim.run import report, run_history, run_many
+from sim.scheduler import Knobs
 from support import location_of
 
 from cloudstore.settings import Location, open_backend
@@ -103,3 +104,23 @@ def test_the_checker_accepts_a_race_and_flags_a_lost_own_write() -> None:
     assert check(history({"reply": "taken", "last": 1}, ["m0.1"]))[0] == []
     found = {v.invariant for v in check(history({"reply": "taken", "last": 1}, ["m1.1"]))[0]}
     assert {"conv.taken-own-write", "conv.owns-seq", "model.conversations"} <= found
+
+
+def test_the_checker_sees_what_a_server_ignoring_preconditions_does(tmp_path: Any,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """The strip fault (a conditional write applied as an overwrite: a server that ignores preconditions)
+    breaks promises no driver can keep there, and the checker flags them, the same way from the same seed.
+
+    So the simulation would see such a server, were the server check (server_check.py, once per process)
+    ever to let one through; the drivers' own runs keep ``strip_rate`` at 0."""
+    caplog.set_level(logging.CRITICAL, logger="cloudstore")
+    inner = open_backend(Location("file", str(tmp_path), ""))
+    knobs = Knobs(strip_rate=0.6, fault_rate=0.0, outage_rate=0.0, throttle_rate=0.0, land_rate=0.0,
+                  clock_rate=0.0, replica_rate=0.0, pause_rate=0.0)
+    seeds = [7001 + n for n in range(6)]
+    found = {seed: run_history(seed, "file", inner, f"s{seed}/", knobs) for seed in seeds}
+    flagged = [seed for seed, outcome in found.items() if outcome.violations]
+    assert flagged, "no history on a server that ignores preconditions was flagged"
+    assert all(found[seed].tally.faults["strip"] for seed in seeds)
+    again = run_history(flagged[0], "file", inner, "again/", knobs)
+    assert sorted(v.invariant for v in again.violations) == sorted(v.invariant for v in found[flagged[0]].violations)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudstore.generations import Backend, Listed, PutMode, Throttled, Transient, backend_label
+from cloudstore.generations import Backend, Listed, Overwrite, PutMode, Throttled, Transient, backend_label
 
 
 class Fault(enum.Enum):
@@ -43,6 +43,9 @@ class Fault(enum.Enum):
     LOSE_REPLY = "lose_reply"
     LAND_LATE = "land_late"
     THROTTLE = "throttle"
+    #: The write reaches the store without its precondition (a server or a proxy that ignores it, as the
+    #: fault proxy's ``strip``): a conditional put is applied as an overwrite, a conditional delete as a delete.
+    STRIP = "strip"
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,8 @@ class FaultyBackend:
         """The kind of what it wraps, in metrics: faults don't change which backend is counted."""
         return backend_label(self.inner)
 
-    def _call(self, op: str, key: str, run: Callable[[], Any], **extra: Any) -> Any:
+    def _call(self, op: str, key: str, run: Callable[[], Any], stripped: Callable[[], Any] | None = None,
+              **extra: Any) -> Any:
         with self._lock:
             call = Call(self.name, op, key, number=len(self.calls) + 1, **extra)
             self.calls.append(call)
@@ -145,6 +149,8 @@ class FaultyBackend:
                 raise Transient(f"injected: {op} {key} timed out")
             self.limbo.add(Held(call, run))
             raise Transient(f"injected: {op} {key} timed out (the write will land later)")
+        if fault is Fault.STRIP:
+            return stripped() if stripped is not None and call.is_write else run()
         raise AssertionError(fault)
 
     @property
@@ -158,10 +164,12 @@ class FaultyBackend:
         return self._call("get", key, lambda: self.inner.get(key, *args, **kwargs))
 
     def put(self, key: str, raw: bytes, mode: PutMode) -> str:
-        return self._call("put", key, lambda: self.inner.put(key, raw, mode), mode=mode)
+        return self._call("put", key, lambda: self.inner.put(key, raw, mode),
+                          lambda: self.inner.put(key, raw, Overwrite()), mode=mode)
 
     def delete(self, key: str, version: str | None) -> None:
-        return self._call("delete", key, lambda: self.inner.delete(key, version), version=version)
+        return self._call("delete", key, lambda: self.inner.delete(key, version),
+                          lambda: self.inner.delete(key, None), version=version)
 
     def list(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[Listed]:
         return iter(self._call("list", prefix, lambda: list(self.inner.list(prefix, start_after, limit))))

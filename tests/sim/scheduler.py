@@ -86,6 +86,11 @@ class Knobs:
     final_land: float = 0.7  # at the end, each write still held lands (else it is lost for good)
     clock_rate: float = 0.15  # a request with a reply starts a clock fault of this machine (CLOCK_KINDS)
     replica_rate: float = 0.3  # a machine meets, for the whole history, a replica constantly 2 s off
+    #: A conditional write reaches the store without its precondition (Fault.STRIP: a server that ignores
+    #: them).  0 in every run that checks the drivers: no driver can keep a promise there, and the server
+    #: check (server_check.py) is made once per process, not per request.  Above 0 it proves the checker
+    #: sees what such a server does (tests/test_simulation.py).
+    strip_rate: float = 0.0
     stuck_seconds: float = 60.0
 
 
@@ -270,6 +275,8 @@ class Scheduler:
         elif slot.outage > 0:
             slot.outage -= 1
             fault = rng.choice(WRITE_FAULTS) if call.is_write else Fault.FAIL_BEFORE
+        elif knobs.strip_rate and call.is_write and rng.random() < knobs.strip_rate:  # no draw when 0: seeds replay
+            fault = Fault.STRIP
         elif rng.random() < knobs.fault_rate:
             fault = rng.choice(WRITE_FAULTS) if call.is_write else Fault.FAIL_BEFORE
         else:
@@ -279,11 +286,11 @@ class Scheduler:
             if call.is_write and rng.random() < knobs.pause_after_fault:
                 self._pause(slot)
         text = f"{describe(call, self.short)} -> {fault.value}"
-        if fault in (Fault.NONE, Fault.THROTTLE):  # a reply comes back, with the store's Date
+        if fault in (Fault.NONE, Fault.THROTTLE, Fault.STRIP):  # a reply comes back, with the store's Date
             shift = self._date(slot)
             if shift:
                 text += f", Date {shift:+g} s"
-        reached = call.is_write and fault not in (Fault.FAIL_BEFORE, Fault.THROTTLE)
+        reached = call.is_write and fault not in (Fault.FAIL_BEFORE, Fault.THROTTLE)  # STRIP: it reached
         self.history.events.append(Event(self.step, slot.name, "call", text, call.key, reached))
         return fault
 
