@@ -1,4 +1,4 @@
-"""The benchmarks still run: benchmarks/cloud_round_trips.py at its tiniest settings.
+"""The benchmarks still run: cloud_round_trips.py, gc_after_jobs.py, mark_shards.py and format_gate.py at tiny settings.
 
 Figures are not checked (these machines are noisy), only that the run ends
 well and prints a row for every figure on both backends.
@@ -79,3 +79,16 @@ def test_mark_shards_prints_a_row_per_shard_count():
     rows = [line for line in runs[0].stdout.splitlines() if line.startswith("| 4 ") or line.startswith("| 128 ")]
     assert len(rows) == 2 and "(job_mark.SHARDS)" in rows[1], runs[0].stdout
     assert runs[0].stdout == runs[1].stdout, "a seed replays the same figures"
+
+
+@pytest.mark.slow  # moto, and the previous release built from git history
+def test_format_gate_prints_its_rows_beside_the_previous_release():
+    # benchmarks/format_gate.py at its tiniest: one try of each row, moto only, no added latency.
+    script = os.path.join(ROOT, "benchmarks", "format_gate.py")
+    argv = [sys.executable, script, "--rtt-ms", "0", "--repeats", "1", "--backends", "moto"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split()[:4] for line in done.stdout.splitlines()[1:]]
+    assert rows == [["moto", "0.5.0", "call", "last"], ["moto", "0.5.0", "call", "append"],
+                    ["moto", "0.5.0", "serve", "first"], ["moto", "HEAD", "call", "last"],
+                    ["moto", "HEAD", "call", "append"], ["moto", "HEAD", "serve", "first"]], done.stdout
