@@ -576,10 +576,11 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
                        expect_files)
         folder_prefix = AgentKeys(f"{prefix}/", agent["owner"], agent["id"]).folder(FILES_FOLDER)
         with no_latency(proxy):
-            if raw.list_all(folder_prefix) != 2 * count:
-                raise RuntimeError(f"the raw listing of {folder_prefix} does not hold {2 * count} keys")
+            keys = raw.list_all(folder_prefix)  # the files and tombstones, and a moved stub at a path's old key
+            if keys < 2 * count:  # (files.py) where a driver's own write made it
+                raise RuntimeError(f"the raw listing of {folder_prefix} holds {keys} keys, under {2 * count}")
         rows.append(Row("file_list" if count == file_counts[0] else "file_list big", listed,
-                        f"LIST all, {2 * count} keys", raw_sample(lambda p=folder_prefix: raw.list_all(p), reps),
+                        f"LIST all, {keys} keys", raw_sample(lambda p=folder_prefix: raw.list_all(p), reps),
                         f"{count} files + {count} tombstones"))
 
     # call mode: one process per request, against a bare SDK in a fresh python
