@@ -122,7 +122,12 @@ class Service:
             with store.op_window():  # the op's requests share one retry deadline, inside the bridge's call limit
                 if gate is not None:
                     gate.begin()  # the format record's read (and the server probe) travel beside the op's requests
-                reply = self.handle(request)
+                try:
+                    reply = self.handle(request)
+                except Exception:
+                    if gate is not None:  # a store of a newer format may fail a read in any way: say why
+                        gate.require_read()
+                    raise
                 if gate is not None:
                     gate.require_read()  # a store this release must not read answers no read
                 return reply, False

@@ -24,6 +24,7 @@ from support import StoreUnderTest, environment, location_of
 import cloudstore
 from cloudstore import store_format
 from cloudstore.generations import Overwrite, RetryingStore
+from cloudstore.keys import AgentKeys
 from cloudstore.settings import open_backend
 
 #: One op of every family that reads, and one that writes (each valid: only the record may refuse it).
@@ -175,3 +176,19 @@ def test_a_release_says_its_version_and_store_formats() -> None:
                                   f"reads formats {store_format.READS_FROM} to {store_format.FORMAT})")
     assert printed[as_head()] not in old
     assert store_format.FORMAT > max(r.format for r in rel.releases().values())
+
+
+def test_a_newer_store_is_named_as_such_where_its_objects_fail_a_read(fleet: Callable[[str], Driver],
+                                                                      store: StoreUnderTest,
+                                                                      agent: dict[str, Any]) -> None:
+    """A store of a newer format may hold objects this release cannot parse; an op that fails on one
+    answers the record's refusal (what to do), not an internal error, even where the read came first."""
+    some_data(fleet(as_head()))
+    with raw(store) as (s, root):
+        file_key = AgentKeys(root, agent["owner"], agent["id"]).file("skills/a")
+        s.put(file_key, b"\x00 a body of format 5 \xff", Overwrite())
+    d = fleet(as_head())
+    assert d("file_read", path="skills/a")["reply"] == "error"  # a malformed object, as before
+    plant(store, json.dumps({"reader": 5, "writer": 5, "by": "cloudstore 9.0.0"}).encode())
+    got = fleet(as_head())("file_read", path="skills/a")
+    assert got["reply"] == "error" and "needs a reader of store format 5" in got["error"], got
