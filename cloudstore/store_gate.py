@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from . import store_format
@@ -116,7 +117,6 @@ class StoreGate:
                 except ServerIgnoresPreconditions as exc:
                     self._ignores = exc
                     raise
-                self._probe = None
             if not self._written:
                 self._ensure_record()
                 self._written = True
@@ -124,14 +124,31 @@ class StoreGate:
     def _probe_now(self) -> None:
         """What the probe still owes before a write: its first round (when the record's round had none),
         then the second where the first's create was accepted."""
-        assert self._probe is not None and self._pool is not None
+        assert self._probe is not None
         if not self._probe_pending:
-            stale = self._pool.submit(self._probe.stale_update)
-            self._probe_pending = self._probe.create()
-            stale.result()
-        if self._probe_pending:
+            self._probe_first()()
+        if self._probe is not None and self._probe_pending:
             self._probe.second()
-            self._probe_pending = False
+            self._probe, self._probe_pending = None, False  # checked: the create again was refused
+
+    def _probe_first(self) -> Callable[[], None]:
+        """The probe's first round sent (its create and its stale update, together); what waits for it.
+
+        Waiting raises ``ServerIgnoresPreconditions`` where the update was
+        accepted, and leaves the second round owed where the create was
+        (``_probe_pending``), or the probe done where both were refused.
+        """
+        assert self._probe is not None and self._pool is not None
+        created = self._pool.submit(self._probe.create)
+        stale = self._pool.submit(self._probe.stale_update)
+
+        def finish() -> None:
+            stale.result()
+            self._probe_pending = created.result()
+            if not self._probe_pending:
+                self._probe = None  # checked: both writes refused as they must be
+
+        return finish
 
     @property
     def record(self) -> Record | None:
@@ -145,22 +162,13 @@ class StoreGate:
 
     def _one_round(self) -> None:
         """The record's read and, where owed, the probe's first two writes, together."""
-        assert self._pool is not None
-        probe = self._probe if self._eager_probe and not self._probe_pending else None
-        created: Future[bool] | None = None
-        stale: Future[None] | None = None
-        if probe is not None:
-            created = self._pool.submit(probe.create)
-            stale = self._pool.submit(probe.stale_update)
+        eager = self._probe is not None and self._eager_probe and not self._probe_pending
+        finish = self._probe_first() if eager else None
         try:
             self._read_record()
         finally:
-            if stale is not None:
-                stale.result()
-            if created is not None:
-                self._probe_pending = created.result()
-                if not self._probe_pending:
-                    self._probe = None  # checked: both writes refused as they must be
+            if finish is not None:
+                finish()
 
     def _read_record(self) -> None:
         obj = self.store.get(self.key)
