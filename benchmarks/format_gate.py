@@ -37,7 +37,7 @@ import json  # noqa: E402
 
 from emulators import start_fake_gcs, start_moto  # noqa: E402
 from faults.http_proxy import FaultProxy, Seen  # noqa: E402
-from faults.rounds import rounds_of  # noqa: E402
+from faults.rounds import gate_kind, rounds_of  # noqa: E402
 from releases import HEAD, driver_command  # noqa: E402
 
 from cloudstore import server_check  # noqa: E402
@@ -47,8 +47,7 @@ from cloudstore.settings import open_backend, parse_location  # noqa: E402
 
 
 def gate_share(seen: list[Seen]) -> int:
-    return sum(1 for s in seen if b"_format" in s.target.encode() + s.content
-               or b"_probe" in s.target.encode() + s.content)
+    return sum(1 for s in seen if gate_kind(s) is not None)
 
 
 def call(argv: list[str], env: dict[str, str], request: dict[str, Any]) -> tuple[float, float, dict[str, Any]]:
