@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from cloudstore.bridge import SOCKET_NAME, BridgeClient
 from cloudstore.bridge.proof import new_key_hex
-from cloudstore.client import ServeProcess, call
+from cloudstore.protocol.client import ServeProcess, call
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 from emulators import start_moto  # noqa: E402  (tests/emulators.py: test machinery, not installed)

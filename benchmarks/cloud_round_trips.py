@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cloudstore.client import ServeProcess, call_once, driver_env
+from cloudstore.protocol.client import ServeProcess, call_once, driver_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults, tests/emulators.py: not installed
@@ -199,12 +199,18 @@ c.bucket(sys.argv[1]).blob(sys.argv[2]).download_as_bytes()
 FILL_FILES = """
 import base64, json, os, sys
 from concurrent.futures import ThreadPoolExecutor
-from cloudstore import files
 from cloudstore.generations import Create
-from cloudstore.service import Service
 from cloudstore.settings import open_store, parse_location
-from cloudstore.space import Space
-from cloudstore.validate import Agent
+try:
+    from cloudstore.protocol.service import Service
+    from cloudstore.protocol.validate import Agent
+    from cloudstore.store import files
+    from cloudstore.store.space import Space
+except ImportError:  # a tree from before 0.6.1's folders (cloudstore/store/, cloudstore/protocol/)
+    from cloudstore import files
+    from cloudstore.service import Service
+    from cloudstore.space import Space
+    from cloudstore.validate import Agent
 
 setting, count, folder, agent = sys.argv[1], int(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])
 loc = parse_location(setting, os.environ[setting], ("gs", "s3", "file"))
@@ -562,7 +568,7 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
     rows.append(Row("job_next, warm", next_warm, "1 LIST, 16 keys", listing, "2nd job_next, same process"))
 
     # file_list from fresh processes, beside the raw listing of the folder's keys
-    from cloudstore.keys import AgentKeys
+    from cloudstore.store.keys import AgentKeys
 
     for count in file_counts:
         progress(f"{backend.name}: file_list of {count} files and {count} tombstones (fresh processes x{reps})")

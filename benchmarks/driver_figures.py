@@ -29,7 +29,7 @@ import time
 import uuid
 from typing import Any
 
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
 from emulators import start_fake_gcs, start_moto  # noqa: E402  (tests/emulators.py: test machinery, not installed)

@@ -37,17 +37,17 @@ from typing import Any
 
 from scheduler_cost import BACKENDS, Fleet, by_kind, progress, put  # benchmarks/
 
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
 
 
 def plant(direct: dict[str, str], setting: str, count: int, due_at: float) -> None:
     """``count`` waiting jobs of agents nobody serves, put in-process through the seam, 32 at once (uncounted)."""
     import os
 
-    from cloudstore.service import Service
+    from cloudstore.protocol.service import Service
+    from cloudstore.protocol.validate import Agent
     from cloudstore.settings import open_store, parse_location
-    from cloudstore.space import Space
-    from cloudstore.validate import Agent
+    from cloudstore.store.space import Space
 
     saved = dict(os.environ)
     os.environ.update(direct)

@@ -40,9 +40,9 @@ from faults.http_proxy import FaultProxy, Seen  # noqa: E402
 from faults.rounds import gate_kind, rounds_of  # noqa: E402
 from releases import HEAD, driver_command  # noqa: E402
 
-from cloudstore import server_check  # noqa: E402
-from cloudstore.client import ServeProcess  # noqa: E402
+from cloudstore.gate import server_check  # noqa: E402
 from cloudstore.generations import RetryingStore  # noqa: E402
+from cloudstore.protocol.client import ServeProcess  # noqa: E402
 from cloudstore.settings import open_backend, parse_location  # noqa: E402
 
 

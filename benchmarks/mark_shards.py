@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults
 
 from faults.http_proxy import RateLimit  # noqa: E402
 
-from cloudstore import job_mark  # noqa: E402
+from cloudstore.store import job_mark  # noqa: E402
 
 RTT = 0.02  # seconds between a refused try and the next shard's
 

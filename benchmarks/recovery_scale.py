@@ -41,7 +41,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults, tests/emulators.py: not installed

@@ -37,7 +37,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
 from cloudstore.scheduling.log import read_events
 from cloudstore.scheduling.runner import WORKERS
 

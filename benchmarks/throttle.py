@@ -48,10 +48,10 @@ from emulators import Emulator, start_fake_gcs, start_moto  # noqa: E402
 from faults.http_proxy import FaultProxy, RateLimit  # noqa: E402
 
 import cloudstore  # noqa: E402
-from cloudstore.leases import GCS_LAPSE_MIN_MS  # noqa: E402
-from cloudstore.service import Service  # noqa: E402
+from cloudstore.protocol.service import Service  # noqa: E402
 from cloudstore.settings import open_store, parse_location  # noqa: E402
-from cloudstore.space import Space  # noqa: E402
+from cloudstore.store.leases import GCS_LAPSE_MIN_MS  # noqa: E402
+from cloudstore.store.space import Space  # noqa: E402
 
 
 def progress(text: str) -> None:

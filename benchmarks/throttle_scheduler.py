@@ -47,7 +47,7 @@ from faults.http_proxy import FaultProxy, RateLimit  # noqa: E402
 from load import put_paced  # noqa: E402
 
 import cloudstore  # noqa: E402
-from cloudstore.client import ServeProcess  # noqa: E402
+from cloudstore.protocol.client import ServeProcess  # noqa: E402
 from cloudstore.scheduling.log import read_events  # noqa: E402
 
 AGENT = {"owner": "o", "id": "bench"}

@@ -22,7 +22,7 @@ outside the work tree (the current folder comes first on ``sys.path``) with
 before the wake folder's bounds::
 
     mkdir -p /tmp/old && cp -r cloudstore /tmp/old/ \\
-      && git show eafe802:cloudstore/wake.py > /tmp/old/cloudstore/wake.py \\
+      && git show eafe802:cloudstore/runtime/wake.py > /tmp/old/cloudstore/runtime/wake.py \\
       && git show 6b48f09~1:cloudstore/scheduling/runner.py > /tmp/old/cloudstore/scheduling/runner.py
     cd /tmp && PYTHONPATH=/tmp/old python3 /work/main/benchmarks/wake_flood.py
     cd /tmp && python3 /work/main/benchmarks/wake_flood.py
@@ -175,7 +175,7 @@ def main() -> int:
     if os.geteuid() != 0:
         raise SystemExit("needs root: the flood is sent as another user (--uid)")
     import cloudstore
-    from cloudstore.client import ServeProcess
+    from cloudstore.protocol.client import ServeProcess
 
     code = os.path.dirname(cloudstore.__file__)
     top = Path(tempfile.mkdtemp(prefix="lnk-wake-flood-"))

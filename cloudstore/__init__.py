@@ -1,7 +1,7 @@
 """cloudstore: Link store drivers that keep an agent's things in cloud buckets.
 
 Kept import-free on purpose: ``lnk-gcs contract`` must answer without paying
-for google-cloud-storage or boto3.  ``open`` (the Python API, cloudstore/api.py)
+for google-cloud-storage or boto3.  ``open`` (the Python API, cloudstore/api/__init__.py)
 imports what it needs when called, and a cloud SDK only for a store of its kind;
 the asyncio flavour is ``cloudstore.aio.open``.
 """

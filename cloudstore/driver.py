@@ -136,9 +136,9 @@ class Answerer:
 
     def _service(self) -> Any:
         if self.service is None:
-            from .service import Service
+            from .protocol.service import Service
             from .settings import SettingError, open_store, parse_location
-            from .space import Space
+            from .store.space import Space
 
             location = parse_location(self.info.setting, os.environ.get(self.info.setting), self.info.schemes)
             try:
@@ -168,20 +168,20 @@ class Answerer:
         Its store requests are counted in ``metrics`` under the op that left it.
         """
         if self.service is not None and self.service.space.deferred:
-            from .metrics import op_scope
+            from .runtime.metrics import op_scope
 
             with op_scope(self.last_op):
                 self.service.space.run_deferred()
 
     def answer(self, line: bytes) -> dict:
+        from .protocol.validate import SHOWN_MAX, RequestError, parse_request, shown
         from .settings import SettingError
-        from .validate import SHOWN_MAX, RequestError, parse_request, shown
 
         try:
             request = parse_request(line)
             service = self._service()
         except (RequestError, SettingError) as exc:
-            from .metrics import REPLIES
+            from .runtime.metrics import REPLIES
 
             REPLIES.inc("", "", "error")  # no store to name: a line that is no request, or a bad setting
             return error(str(exc))  # each message already says what went wrong; nothing was done
@@ -225,7 +225,7 @@ def configure_logging(name: str) -> None:
     an access key id, a signature) to stderr.  ``LNK_LOG_FORMAT=json``: one
     JSON object a line (``jsonlog``).
     """
-    from . import jsonlog
+    from .runtime import jsonlog
 
     jsonlog.configure(name, logging.WARNING, f"{name}: %(levelname)s %(message)s")
     level = os.environ.get("LNK_STORE_LOG", "WARNING").upper()
@@ -244,7 +244,7 @@ def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: TextIO | N
     command = argv[0]
     out = stdout or sys.stdout
     if command == "--version":
-        from .store_format import supported  # no SDK: the record's rules only
+        from .gate.store_format import supported  # no SDK: the record's rules only
 
         out.write(f"{info.name} {__version__} ({supported()})\n")
         return 0
@@ -268,7 +268,7 @@ def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: TextIO | N
     answerer = Answerer(info)
     snapshots = None
     if os.environ.get("LNK_METRICS_DIR"):  # metrics (and its import) only when an exporter asks
-        from .metrics import snapshot_writer
+        from .runtime.metrics import snapshot_writer
 
         snapshots = snapshot_writer(info.name)
 

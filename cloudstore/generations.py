@@ -46,9 +46,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from . import metrics
 from .clock import StoreClock
 from .errors import CloudstoreError
+from .runtime import metrics
 
 log = logging.getLogger("cloudstore")
 

@@ -90,7 +90,7 @@ Metrics (``metrics_port`` / ``metrics_file``, or the flags): one counter per
 event of the log (``lnk_scheduler_events_total{event}``: fired, claim_failed,
 lease_lost, recovering, store_error, ...) and the runner's own drivers'
 counters (bucket requests, retries, outcome-unknown errors, lost
-compare-and-set rounds, replies, by op: ``cloudstore.metrics``), in the
+compare-and-set rounds, replies, by op: ``cloudstore.runtime.metrics``), in the
 Prometheus text format.  Agents reached through a bridge are counted by
 that bridge's export.
 """
@@ -105,8 +105,8 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 
-from . import jsonlog, metrics
-from .client import program_argv
+from .protocol.client import program_argv
+from .runtime import jsonlog, metrics
 from .scheduling.config import ConfigError, Settings, load
 from .scheduling.fire import FireCommand
 from .scheduling.log import log

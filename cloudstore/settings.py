@@ -92,7 +92,7 @@ def open_store(location: Location, create: bool = True, setting: str = "the file
     ``LNK_STORE_FAILPOINT=N`` (tests only) makes the process kill itself
     before its Nth store request, to prove every op whole after a crash.
     """
-    from .store_gate import guard
+    from .gate.store_gate import guard
 
     die_at = os.environ.get(FAILPOINT, "")
     store = RetryingStore(open_backend(location, create, setting), die_at=int(die_at) if die_at.isdigit() else None)

@@ -37,8 +37,8 @@ from typing import Any
 
 from support import Session, fresh_agent, serving
 
-from cloudstore.client import DriverError, ServeProcess
 from cloudstore.generations import FAILPOINT
+from cloudstore.protocol.client import DriverError, ServeProcess
 
 Json = Any
 

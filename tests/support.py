@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from cloudstore.client import ServeProcess
-from cloudstore.racing import at_once
+from cloudstore.conformance.racing import at_once
+from cloudstore.protocol.client import ServeProcess
 from cloudstore.settings import Location, parse_location
 
 Json = Any
@@ -114,9 +114,9 @@ def location_of(store: Any) -> Location:
 
 def service_of(store: Any) -> Any:
     """The drivers' request handler in this process, on a store under test (its env must be set)."""
-    from cloudstore.service import Service
+    from cloudstore.protocol.service import Service
     from cloudstore.settings import open_store
-    from cloudstore.space import Space
+    from cloudstore.store.space import Space
 
     loc = location_of(store)
     return Service(Space(open_store(loc), loc.prefix))

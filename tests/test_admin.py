@@ -27,8 +27,8 @@ from cloudstore.admin import gc
 from cloudstore.admin.migrate import expectation
 from cloudstore.admin.verify import compare
 from cloudstore.admin.walk import STORE_KINDS, Opened, list_all, open_url
-from cloudstore.due_index import DueIndex
-from cloudstore.validate import Agent
+from cloudstore.protocol.validate import Agent
+from cloudstore.store.due_index import DueIndex
 
 #: The migrate test's store: the issue asks for 10,000 events and 1,000 files; the suite keeps a
 #: smaller one so it stays quick (set LNK_ADMIN_BIG=1 to run the full size).
@@ -319,8 +319,8 @@ def test_gc_never_removes_anything_live(store_env: Any) -> None:
 def test_gc_rolls_forward_a_removal_cut_short(store_env: Any) -> None:
     """A remover that died right after its commit (unfenced), and a write into an epoch purged long ago."""
     from cloudstore.generations import Overwrite
-    from cloudstore.heads import Heads, without_lease
-    from cloudstore.removal import FENCE
+    from cloudstore.store.heads import Heads, without_lease
+    from cloudstore.store.removal import FENCE
 
     o = opened_in(store_env)
     agent = {"id": "cut", "owner": "o"}

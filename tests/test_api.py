@@ -338,7 +338,7 @@ def test_a_call_never_waits_for_another_calls_packing(store_env: StoreUnderTest,
     """With ``concurrency=1``, the one answerer packing after the 32nd append's reply is not answering:
     the next call gets an answerer of its own and is answered while that packing is still held.  The
     answerers made stay within twice the concurrency, and closing waits for the packing."""
-    from cloudstore.conversations import Conversations
+    from cloudstore.store.conversations import Conversations
 
     packing, release = threading.Event(), threading.Event()
     original = Conversations._pack
@@ -417,7 +417,7 @@ def test_s3_write_whose_reply_was_lost_is_sent_once_and_wrote(flavour: str, requ
     own write (``wrote``); no third send (aiohttp re-sends a PUT whose connection dropped unless stopped)."""
     from faults.http_proxy import FaultProxy, Rule
 
-    from cloudstore.keys import path_part
+    from cloudstore.store.keys import path_part
 
     moto = request.getfixturevalue("moto_server")
     for key, value in moto.env.items():

@@ -15,7 +15,7 @@ from typing import Any
 
 from support import fresh_agent, service_of
 
-from cloudstore.service import Service
+from cloudstore.protocol.service import Service
 
 EVENTS = 256
 
@@ -53,7 +53,7 @@ def test_eight_services_of_one_process_share_what_they_appended(store_env: Any) 
     """The Python API's pool: any of its services may take a conversation's next append, and none
     reads the head again for it (one memory per backend, as one serve process has)."""
     from cloudstore.generations import RetryingStore
-    from cloudstore.space import Space
+    from cloudstore.store.space import Space
 
     first = serve_like(store_env)
     backend = first.space.store.backend

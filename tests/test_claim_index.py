@@ -20,10 +20,10 @@ from support import Session, serving
 from cloudstore.admin import gc
 from cloudstore.admin.inspect import inspect
 from cloudstore.admin.walk import list_all, open_url
-from cloudstore.claim_index import ClaimIndex
 from cloudstore.generations import Overwrite
-from cloudstore.keys import claim_root
-from cloudstore.validate import Agent
+from cloudstore.protocol.validate import Agent
+from cloudstore.store.claim_index import ClaimIndex
+from cloudstore.store.keys import claim_root
 
 
 def job(id_: str, due: float | int, spec: Any = None) -> dict:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from faults.backend import Call, Fault
 from faults.machines import Machine, Machines, between, in_order, write_to
 
-from cloudstore.validate import agent as parse_agent
+from cloudstore.protocol.validate import agent as parse_agent
 
 
 def shifted_replies(m: Machine, seconds: float, only: Callable[[Call], bool] = lambda call: True,

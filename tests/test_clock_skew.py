@@ -38,7 +38,7 @@ from faults.machines import Machines, between, in_order, write_to
 from skew import measured_skew, skewed
 from support import BACKENDS, fresh_agent, make_store, serving
 
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
 
 LAPSE_MS = 10_000
 HELD_AT = 5.0  # well inside the lapse: 5 s of room for a judge's error

@@ -29,8 +29,8 @@ from faults.machines import Machine, Machines
 from support import location_of
 
 from cloudstore.generations import Create
-from cloudstore.keys import AgentKeys
 from cloudstore.settings import open_backend
+from cloudstore.store.keys import AgentKeys
 
 THREAD = "t-issue-13"
 BARRIER_SECONDS = 20.0

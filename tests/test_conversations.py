@@ -227,7 +227,7 @@ def test_a_packed_block_not_of_its_size_is_read_as_its_halves(store_env):
     from support import service_of
 
     from cloudstore.generations import Overwrite
-    from cloudstore.validate import agent as parse_agent
+    from cloudstore.protocol.validate import agent as parse_agent
 
     service = service_of(store_env)
     who = fresh_agent()

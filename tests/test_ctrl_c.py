@@ -24,7 +24,7 @@ from pathlib import Path
 from support import clean_env, wait_for
 
 from cloudstore.bridge.client import BridgeClient
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
 
 FIRE_RECORD = Path(__file__).parent / "scheduler" / "fire_record.py"
 

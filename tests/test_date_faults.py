@@ -41,10 +41,10 @@ from faults.http_proxy import DateShift, FaultProxy, Rule
 from support import StoreUnderTest, environment, fresh_agent, location_of, make_store
 
 from cloudstore.generations import RetryingStore, RetryPolicy
-from cloudstore.service import Service
+from cloudstore.protocol.service import Service
+from cloudstore.protocol.validate import agent as parse_agent
 from cloudstore.settings import open_backend
-from cloudstore.space import Space
-from cloudstore.validate import agent as parse_agent
+from cloudstore.store.space import Space
 
 NO_WAIT = RetryPolicy(first_delay=0.0, max_delay=0.0)
 HOUR = 3600.0

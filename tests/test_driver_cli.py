@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from cloudstore.client import call_once
+from cloudstore.protocol.client import call_once
 
 DRIVERS = [("lnk-gcs", "LNK_GCS_URL"), ("lnk-bucket-store", "LNK_BUCKET_URL")]
 NO_SETTINGS = {"LNK_GCS_URL": "", "LNK_BUCKET_URL": ""}

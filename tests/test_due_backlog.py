@@ -20,9 +20,9 @@ import pytest
 from support import BACKENDS, fresh_agent, make_store, service_of
 
 from cloudstore.generations import Overwrite
-from cloudstore.keys import AgentKeys, due_entry
+from cloudstore.protocol.validate import Agent
 from cloudstore.scheduling import watch
-from cloudstore.validate import Agent
+from cloudstore.store.keys import AgentKeys, due_entry
 
 FOREIGN = 10_000
 
@@ -48,7 +48,7 @@ def _plant(service: Any, dues: list[float]) -> None:
     """Entries of an agent no runner serves, written straight into the shared index, in parallel."""
     foreign = Agent(**fresh_agent())
     keys = AgentKeys(service.space.root, foreign.owner, foreign.id)
-    from cloudstore.due_index import sortable
+    from cloudstore.store.due_index import sortable
 
     def write(i: int) -> None:
         key = due_entry(service.space.root, sortable(dues[i]), keys, f"backlog-{i:05d}", f"n{i:05d}")

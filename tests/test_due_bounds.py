@@ -24,8 +24,8 @@ from support import Session, fresh_agent, service_of, serving
 from cloudstore.admin import gc
 from cloudstore.admin.walk import open_url
 from cloudstore.generations import Overwrite
-from cloudstore.keys import AgentKeys, due_entry, due_root
-from cloudstore.validate import DUE_MAX, Agent
+from cloudstore.protocol.validate import DUE_MAX, Agent
+from cloudstore.store.keys import AgentKeys, due_entry, due_root
 
 OUT_OF_RANGE = [-(10**400), 10**400, DUE_MAX + 1, -(DUE_MAX + 1), 1e300, -1e17]
 
@@ -94,7 +94,7 @@ def test_stray_index_objects_stop_no_reader(store, store_env) -> None:  # noqa: 
         assert proc.request({"op": "job_next", "agent": victim}, timeout=60) == {"reply": "next",
                                                                                 "next": 1_800_000_000}
     env = {**store.env, "LNK_SCHEDULER_OPS": "1"}
-    from cloudstore.client import ServeProcess
+    from cloudstore.protocol.client import ServeProcess
 
     runner_driver = ServeProcess(store.program, env=env)
     try:

@@ -29,10 +29,10 @@ from faults.http_proxy import FaultProxy, Rule, Seen
 from faults.rounds import gate_kind
 from support import BACKENDS, StoreUnderTest, fresh_agent, make_store, service_of
 
-from cloudstore.client import call_once
-from cloudstore.files import GONE_RESIDUE, LIVE_RESIDUE, SIZE_MODULUS, _join, body
 from cloudstore.generations import Create, frame
-from cloudstore.validate import FILES_MAX, Agent
+from cloudstore.protocol.client import call_once
+from cloudstore.protocol.validate import FILES_MAX, Agent
+from cloudstore.store.files import GONE_RESIDUE, LIVE_RESIDUE, SIZE_MODULUS, _join, body
 
 #: More requests than its listing pages a fresh ``file_list`` may make (issue 31): the ledger's read, and room.
 EXTRA = 3

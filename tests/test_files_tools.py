@@ -222,7 +222,7 @@ def test_long_thread_names_listed_in_tools_and_leases(session):
 
 def test_a_folder_of_more_than_4096_files_is_refused_never_cut(store_env):
     """4,096 files list; one more makes file_list an error (the files written in parallel, in-process)."""
-    from cloudstore.validate import Agent, RequestError
+    from cloudstore.protocol.validate import Agent, RequestError
 
     service = service_of(store_env)
     agent = Agent(id="many", owner=None)

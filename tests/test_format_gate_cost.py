@@ -22,9 +22,9 @@ from faults.http_proxy import FaultProxy, Seen
 from faults.rounds import gate_kind, rounds_of
 from support import StoreUnderTest, fresh_agent, location_of, make_store
 
-from cloudstore import server_check
-from cloudstore.client import ServeProcess, call_once
+from cloudstore.gate import server_check
 from cloudstore.generations import RetryingStore
+from cloudstore.protocol.client import ServeProcess, call_once
 from cloudstore.settings import open_backend
 
 LATENCY = 0.05  # seconds held at the proxy: longer than any gap between requests a process sends together

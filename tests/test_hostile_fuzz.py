@@ -49,11 +49,11 @@ from typing import Any
 import pytest
 from support import location_of
 
-from cloudstore.client import ServeProcess
-from cloudstore.due_index import sortable
 from cloudstore.generations import Overwrite, frame
-from cloudstore.keys import AgentKeys, due_entry, inverted, name_part
+from cloudstore.protocol.client import ServeProcess
 from cloudstore.settings import open_store
+from cloudstore.store.due_index import sortable
+from cloudstore.store.keys import AgentKeys, due_entry, inverted, name_part
 
 OBJECTS = int(os.environ.get("LNK_FUZZ_OBJECTS", "500"))
 HOSTILE = {"id": "hostile", "owner": "mallory"}

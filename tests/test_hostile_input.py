@@ -103,9 +103,9 @@ def test_local_folder_objects_are_private_and_links_are_never_followed(tmp_path)
     import base64
     import os
 
-    from cloudstore.service import Service
+    from cloudstore.protocol.service import Service
     from cloudstore.settings import open_store, parse_location
-    from cloudstore.space import Space
+    from cloudstore.store.space import Space
 
     loc = parse_location("LNK_BUCKET_URL", f"file://{tmp_path}/store", ("file",))
     service = Service(Space(open_store(loc), loc.prefix))
@@ -160,7 +160,7 @@ def test_debug_logs_carry_the_projects_lines_and_never_a_credential(store, tmp_p
     the access key id and the signature of every request."""
     from support import fresh_agent
 
-    from cloudstore.client import ServeProcess
+    from cloudstore.protocol.client import ServeProcess
 
     secret = {"AWS_ACCESS_KEY_ID": "AKIDMARKER0000000000", "AWS_SECRET_ACCESS_KEY": "secretmarker",
               "AWS_SESSION_TOKEN": "tokenmarker0000"}

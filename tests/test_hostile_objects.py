@@ -23,9 +23,9 @@ import pytest
 from support import fresh_agent, location_of, serving
 
 from cloudstore.generations import Overwrite
-from cloudstore.keys import AgentKeys
+from cloudstore.protocol.validate import compact
 from cloudstore.settings import open_store
-from cloudstore.validate import compact
+from cloudstore.store.keys import AgentKeys
 
 JOB = {"id": "j", "spec": {"say": "hi"}, "due": 5}
 NOT_AFTER = 2_000_000_000.0

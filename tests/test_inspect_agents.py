@@ -15,7 +15,7 @@ from support import service_of
 from cloudstore.admin import inspect
 from cloudstore.admin.walk import open_url
 from cloudstore.generations import Overwrite
-from cloudstore.validate import Agent
+from cloudstore.protocol.validate import Agent
 
 
 def test_a_broken_agent_is_shown_and_the_others_reported(store_env: Any) -> None:

@@ -35,9 +35,9 @@ from faults.machines import Machine, Machines, between, in_order, write_to
 from sim.machines import SeededSidePool
 from support import Session, fresh_agent, race, serving
 
-from cloudstore import validate as v
-from cloudstore.jobs import LATE_RECORD_WAITS
-from cloudstore.service import Service
+from cloudstore.protocol import validate as v
+from cloudstore.protocol.service import Service
+from cloudstore.store.jobs import LATE_RECORD_WAITS
 
 Json = Any
 JOB_ID = "claimed-job"

@@ -1,4 +1,4 @@
-"""``job_mark``'s shards (cloudstore/job_mark.py): a throttled shard gives way at once, the mark never repeats.
+"""``job_mark``'s shards (cloudstore/store/job_mark.py): a throttled shard gives way at once, the mark never repeats.
 
 Issue 26, case 1: on GCS one object takes about one write a second, so the
 agent's mark is ``SHARDS`` objects and each change writes one of them.  A
@@ -16,10 +16,10 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
-from cloudstore import job_mark
 from cloudstore.generations import RetryingStore, RetryPolicy, Throttled
-from cloudstore.keys import AgentKeys
 from cloudstore.local import LocalBackend
+from cloudstore.store import job_mark
+from cloudstore.store.keys import AgentKeys
 
 QUICK = RetryPolicy(first_delay=0.0, max_delay=0.0, throttle_delay=0.0)
 

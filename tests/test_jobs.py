@@ -174,8 +174,8 @@ def test_spec_of_exactly_one_mebibyte_is_kept(session):
 
 def test_a_stale_index_entry_wakes_early_and_is_collected(store_env, monkeypatch):
     """A crash between the index entry and the record: early answer at first, then cleaned."""
-    import cloudstore.due_index as due_index
-    from cloudstore.validate import Agent
+    import cloudstore.store.due_index as due_index
+    from cloudstore.protocol.validate import Agent
 
     service = service_of(store_env)
     loc = location_of(store_env)
@@ -191,8 +191,8 @@ def test_a_stale_index_entry_wakes_early_and_is_collected(store_env, monkeypatch
 def test_a_removed_jobs_record_stays_a_tombstone_until_long_after(store_env, monkeypatch):
     """A record left with no place is kept (a create landing late must find it there), and a listing
     deletes it once it has been empty for TOMBSTONE_MS, so one-shot job ids do not pile up."""
-    import cloudstore.jobs as jobs
-    from cloudstore.validate import Agent
+    import cloudstore.store.jobs as jobs
+    from cloudstore.protocol.validate import Agent
 
     service = service_of(store_env)
     agent = Agent(id="tomb", owner="o")
@@ -245,8 +245,8 @@ def test_job_due_names_every_agents_due_jobs_only_for_the_schedulers_driver(stor
 
 def test_a_job_entering_waiting_nudges_this_machines_runners(store, tmp_path):
     """The driver's nudge (wake.py): a put or shift INTO waiting wakes a listener; other changes do not."""
-    from cloudstore.client import ServeProcess
-    from cloudstore.wake import Named, WakeListener
+    from cloudstore.protocol.client import ServeProcess
+    from cloudstore.runtime.wake import Named, WakeListener
 
     folder = str(tmp_path / "wake")
     listener = WakeListener(folder)

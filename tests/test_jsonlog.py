@@ -25,7 +25,7 @@ import pytest
 
 from cloudstore.bridge import SOCKET_NAME, BridgeClient
 from cloudstore.bridge.proof import new_key_hex
-from cloudstore.jsonlog import JsonFormatter
+from cloudstore.runtime.jsonlog import JsonFormatter
 
 KEYS = {"time", "level", "logger", "program", "message"}
 
@@ -98,7 +98,7 @@ def test_text_stays_the_default(tmp_path: Path) -> None:
 def test_stray_writes_warnings_and_crashes_are_json_lines() -> None:
     code = """
 import sys, threading, warnings
-from cloudstore import jsonlog
+from cloudstore.runtime import jsonlog
 jsonlog.configure("lnk-x", "WARNING", "%(message)s")
 print("a stray line\\nand a second", file=sys.stderr)
 sys.stderr.write("no newline yet")

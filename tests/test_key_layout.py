@@ -29,7 +29,7 @@ import pytest
 from key_layout_state import AGENTS, b64, ok, state
 
 from cloudstore.admin.walk import Opened, open_url
-from cloudstore.files import is_stub
+from cloudstore.store.files import is_stub
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OLD = "eafe802"
@@ -343,8 +343,8 @@ def test_a_move_cut_short_is_finished_by_a_rerun(old_tree: str, tmp_path: Any) -
     raw = opened.store.get(first.key)
     assert raw is not None
     header, data = json.loads(raw.data.partition(b"\n")[0]), raw.data.partition(b"\n")[2]
-    from cloudstore.files import body
     from cloudstore.generations import Create
+    from cloudstore.store.files import body
 
     opened.store.put(relayout.new_key_of(first, header["path"]), body(header, data, Create().lineage), Create())
     moved = relayout.relayout(url)
@@ -445,7 +445,7 @@ def test_a_bare_due_floor_lists_that_due_s_entries(where: str, tmp_path: Any, re
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """``job_due`` after a bare due (the runner's fast-scan floor) answers that due's entries: on SeaweedFS a
     ``StartAfter`` equal to a folder's own name skipped its children."""
-    from cloudstore.due_index import sortable
+    from cloudstore.store.due_index import sortable
 
     if where == "file":
         os.makedirs(f"{tmp_path}/store")

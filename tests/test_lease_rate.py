@@ -21,12 +21,12 @@ import pytest
 from faults.http_proxy import FaultProxy, RateLimit
 from support import fresh_agent, location_of, make_store
 
-from cloudstore import conversations, heads
 from cloudstore.generations import RetryingStore
-from cloudstore.leases import GCS_LAPSE_MIN_MS
-from cloudstore.service import Service
+from cloudstore.protocol.service import Service
 from cloudstore.settings import open_backend
-from cloudstore.space import Space
+from cloudstore.store import conversations, heads
+from cloudstore.store.leases import GCS_LAPSE_MIN_MS
+from cloudstore.store.space import Space
 
 RENEWALS = 6  # each renewal 128 appends and 4 hints: 768 appends through fake-gcs-server a run
 HINT = 32  # the hint's interval (512 in use), so that one is due at every block of 32

@@ -3,7 +3,7 @@
 It once kept 64 recent events of every conversation with no limit on
 conversations (10 threads x 64 events x 100 KB kept 61 MiB), and up to 20,000
 records of up to 64 KiB (one job_count over 200 records of 60 KB added
-279 MiB).  Now every memory is a byte-budgeted LRU (cloudstore/cache.py).
+279 MiB).  Now every memory is a byte-budgeted LRU (cloudstore/store/cache.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from support import Session
 
-from cloudstore.cache import ENTRY_OVERHEAD, MEMORY_BUDGET, Bounded
+from cloudstore.store.cache import ENTRY_OVERHEAD, MEMORY_BUDGET, Bounded
 
 MIB = 1024 * 1024
 

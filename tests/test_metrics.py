@@ -36,10 +36,10 @@ from faults.machines import GIVE_UP_FAST, Machines, a_write, between, in_order
 from faults.rounds import gate_kind
 from support import StoreUnderTest, fresh_agent, make_store, race, wait_for
 
-from cloudstore import metrics
 from cloudstore.bridge import SOCKET_NAME, BridgeClient
 from cloudstore.bridge.proof import new_key_hex
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
+from cloudstore.runtime import metrics
 
 STORE_METRICS = ("lnk_store_requests_total", "lnk_store_retries_total", "lnk_store_outcome_unknown_total",
                  "lnk_store_cas_lost_total", "lnk_store_replies_total")
@@ -86,7 +86,7 @@ def test_exposition_format_escapes_and_parses_back() -> None:
 def _snapshot_in(folder: Path, program: str, counts: dict[str, int]) -> Path:
     """A snapshot written by a child process that then exits (a driver that ended)."""
     code = f"""
-from cloudstore import metrics
+from cloudstore.runtime import metrics
 for op, n in {counts!r}.items():
     metrics.REQUESTS.inc("file", op, by=n)
 w = metrics.SnapshotWriter({str(folder)!r}, {program!r})

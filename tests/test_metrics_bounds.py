@@ -34,10 +34,10 @@ from typing import IO, Any
 import pytest
 from support import wait_for
 
-from cloudstore import metrics
 from cloudstore.bridge import SOCKET_NAME, BridgeClient
 from cloudstore.bridge.proof import new_key_hex
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
+from cloudstore.runtime import metrics
 
 FD_LIMIT = 160  # as in the issue: small enough to reach with a few idle connections
 IDLE = 156  # as in the issue: more than the exporter's cap, and all but 4 of the fd limit

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def exported_names() -> set[str]:
     import cloudstore.bridge.server  # noqa: F401  (its counter registers on import)
     import cloudstore.scheduling.log  # noqa: F401
-    from cloudstore import metrics
+    from cloudstore.runtime import metrics
     from cloudstore.scheduler import requests_sent
     from cloudstore.scheduling.reach import Reach
 

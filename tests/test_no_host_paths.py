@@ -14,7 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from cloudstore.service import _described
+from cloudstore.protocol.service import _described
 
 
 def _call(folder: Path, request: dict) -> tuple[dict, str]:

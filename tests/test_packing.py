@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from cloudstore.packing import PACK_MAX, PACK_MIN, Piece, cover, packed_at
+from cloudstore.store.packing import PACK_MAX, PACK_MIN, Piece, cover, packed_at
 
 
 def events_of(pieces: list[Piece]) -> list[int]:

@@ -26,10 +26,10 @@ import pytest
 from faults.backend import Call, Fault
 from faults.machines import Machine, Machines
 
-import cloudstore.conversations as conversations
-import cloudstore.heads as heads
-import cloudstore.packing as packing
-from cloudstore.validate import agent as parse_agent
+import cloudstore.store.conversations as conversations
+import cloudstore.store.heads as heads
+import cloudstore.store.packing as packing
+from cloudstore.protocol.validate import agent as parse_agent
 
 HINT = 16
 #: How long a held listing waits for a block to be asked for: far above any request here, so a wait

@@ -36,8 +36,8 @@ from cloudstore.generations import (
     Transient,
     Update,
 )
-from cloudstore.keys import EPOCH_DIGITS, SEQ_DIGITS, inverted, path_part
 from cloudstore.settings import open_backend
+from cloudstore.store.keys import EPOCH_DIGITS, SEQ_DIGITS, inverted, path_part
 
 BODY = bytes(range(256)) * 64  # 16 KiB: a cut reply is a real cut
 

@@ -14,6 +14,7 @@ from functools import partial
 import pytest
 from support import S3_SERVERS, location_of, make_store
 
+from cloudstore.conformance.racing import at_once
 from cloudstore.generations import (
     AlreadyExists,
     Create,
@@ -27,7 +28,6 @@ from cloudstore.generations import (
     Transient,
     Update,
 )
-from cloudstore.racing import at_once
 from cloudstore.settings import open_backend
 
 

@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 from support import clean_env, wait_for
 
-from cloudstore import metrics
 from cloudstore.bridge.client import BridgeClient
 from cloudstore.bridge.proof import read_key_file
+from cloudstore.runtime import metrics
 from cloudstore.scheduling.log import read_events
 
 FIRE_RECORD = Path(__file__).parent / "scheduler" / "fire_record.py"

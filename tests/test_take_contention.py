@@ -17,10 +17,10 @@ import time
 import pytest
 from faults.machines import Machine, Machines, between, in_order, write_to
 
-import cloudstore.conversations as conversations
-import cloudstore.heads as heads
-import cloudstore.packing as packing
-from cloudstore.validate import agent as parse_agent
+import cloudstore.store.conversations as conversations
+import cloudstore.store.heads as heads
+import cloudstore.store.packing as packing
+from cloudstore.protocol.validate import agent as parse_agent
 
 HINT = 16
 

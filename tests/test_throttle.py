@@ -30,13 +30,13 @@ import pytest
 from faults.http_proxy import FaultProxy, RateLimit, Rule
 from support import StoreUnderTest, fresh_agent, location_of, make_store
 
-from cloudstore import metrics
 from cloudstore.errors import UNCHANGED_WORDS, FailedError, from_reply
 from cloudstore.generations import RetryingStore, RetryPolicy, Throttled, Transient, op_deadline, retry_transient
-from cloudstore.keys import path_part
-from cloudstore.service import Service
+from cloudstore.protocol.service import Service
+from cloudstore.runtime import metrics
 from cloudstore.settings import open_backend
-from cloudstore.space import Space
+from cloudstore.store.keys import path_part
+from cloudstore.store.space import Space
 
 PATH = "skills/throttle/SKILL.md"
 WRITES = 24  # at 2 a second: 12 s of virtual time, against a limit of 1 a second (burst 2)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cloudstore.wake import NAME_MAX, Named, WakeListener, decode_name, encode_name, notify
+from cloudstore.runtime.wake import NAME_MAX, Named, WakeListener, decode_name, encode_name, notify
 
 
 def send_as(uid: int | None, path: str, data: bytes) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_wake_security import STRANGER, as_stranger, fork, reap, stranger_receives
 
-from cloudstore.wake import (
+from cloudstore.runtime.wake import (
     HOLDER_MAX,
     NAME_MAX,
     Presence,

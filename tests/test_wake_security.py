@@ -39,11 +39,11 @@ from typing import Any
 
 import pytest
 
+from cloudstore.runtime.wake import WakeListener, encode_name, notify
 from cloudstore.scheduler import OWN_DRIVER_ENV
 from cloudstore.scheduling.runner import Runner, Timing
 from cloudstore.scheduling.store_client import Agent, AgentStore, Counted, ServeClient
 from cloudstore.scheduling.watch import IndexSource
-from cloudstore.wake import WakeListener, encode_name, notify
 
 STRANGER = 54321  # a uid and gid no account on the test machine has
 NAME = encode_name({"owner": "acme", "id": "victim-agent"}, "payroll-2026-12", 1800000000)

@@ -14,7 +14,7 @@ chains).  Output (tables, JSON, summaries) goes to stdout; logs and progress
 to stderr.  Exit 0 on success, 1 when the command failed (a refused
 destination, a migration that does not verify, the store failing), 2 on a
 usage error.  ``--log-format json`` (or ``LNK_LOG_FORMAT=json``): every line on
-stderr is one JSON object (logs, errors, progress: ``cloudstore.jsonlog``).
+stderr is one JSON object (logs, errors, progress: ``cloudstore.runtime.jsonlog``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import logging
 import os
 import sys
 
-from .. import jsonlog
 from ..generations import StoreError, StoreRefused
+from ..runtime import jsonlog
 from ..settings import SettingError
 
 ENVIRONMENT = """settings read from the environment (as the drivers do):

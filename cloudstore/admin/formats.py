@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import store_format
+from ..gate import store_format
+from ..gate.store_gate import FormatRefused, StoreGate
 from ..generations import AlreadyExists, Create, PreconditionFailed, Update
-from ..keys import conversation_key
-from ..store_gate import FormatRefused, StoreGate
+from ..store.keys import conversation_key
 from .walk import Key, Opened, list_all
 
 #: Releases that know no record, the newest layout each reads (CHANGELOG.md).

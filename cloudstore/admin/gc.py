@@ -44,15 +44,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import stored, strict_json
-from ..claim_index import parse_entry as parse_claim
-from ..conversations import Conversations
-from ..due_index import GRACE, parse_entry
 from ..generations import Create, NotFound, PreconditionFailed, StoreError, Update, new_nonce
-from ..heads import checked, epoch_of
-from ..keys import claim_root, conversation_key, due_root, name_part
-from ..removal import FENCE, PURGE_AFTER_MS
-from ..space import KEEP, Contention
+from ..runtime import strict_json
+from ..store import stored
+from ..store.claim_index import parse_entry as parse_claim
+from ..store.conversations import Conversations
+from ..store.due_index import GRACE, parse_entry
+from ..store.heads import checked, epoch_of
+from ..store.keys import claim_root, conversation_key, due_root, name_part
+from ..store.removal import FENCE, PURGE_AFTER_MS
+from ..store.space import KEEP, Contention
 from .inspect import claimed_record, holds_firing, named_entry, record_key, tombstone_head
 from .walk import ADMIN_PREFIX, Key, ListedAgent, Opened, list_all, parallel, readable
 

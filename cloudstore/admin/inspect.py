@@ -22,11 +22,11 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from ..claim_index import GRACE as CLAIM_GRACE
-from ..claim_index import parse_entry as parse_claim
-from ..due_index import GRACE, DueEntry, parse_entry
-from ..heads import has_lease
-from ..keys import claim_record, claim_root, due_record, due_root
+from ..store.claim_index import GRACE as CLAIM_GRACE
+from ..store.claim_index import parse_entry as parse_claim
+from ..store.due_index import GRACE, DueEntry, parse_entry
+from ..store.heads import has_lease
+from ..store.keys import claim_record, claim_root, due_record, due_root
 from .progress import Progress
 from .walk import KINDS, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel, readable
 

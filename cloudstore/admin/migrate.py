@@ -55,6 +55,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..gate.store_gate import StoreGate
 from ..generations import (
     AlreadyExists,
     Create,
@@ -69,9 +70,8 @@ from ..generations import (
     retry_transient,
     unframe,
 )
-from ..keys import due_root, is_due_entry_of_part
-from ..store_gate import StoreGate
-from ..validate import compact
+from ..protocol.validate import compact
+from ..store.keys import due_root, is_due_entry_of_part
 from .progress import Progress
 from .verify import compare
 from .walk import ADMIN_PREFIX, STORE_KINDS, WORKERS, Key, Opened, bounded, list_all, open_url, readable

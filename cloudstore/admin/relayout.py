@@ -48,9 +48,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..files import HEADER_MAX, body, is_clean, is_stub, ledger_body, ledger_facts, stub_body
 from ..generations import AlreadyExists, Create, NotFound, Overwrite, PreconditionFailed, StoreRefused, Update
-from ..keys import FILE_END, PART_MAX, decode_path, is_old_file_part, old_path_part, path_part
+from ..store.files import HEADER_MAX, body, is_clean, is_stub, ledger_body, ledger_facts, stub_body
+from ..store.keys import FILE_END, PART_MAX, decode_path, is_old_file_part, old_path_part, path_part
 from .walk import WORKERS, Key, Opened, bounded, list_all, open_url
 
 

@@ -28,7 +28,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..keys import decode_path
+from ..store.keys import decode_path
 from .inspect import PLACES
 from .walk import STORE_KINDS, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel
 

@@ -2,7 +2,7 @@
 
 The drivers never list a whole store (no op needs to), so the admin tool is
 the one place that does.  A key below the store's root is classified by the
-layout of ``cloudstore/keys.py``; names are decoded from key parts where the
+layout of ``cloudstore/store/keys.py``; names are decoded from key parts where the
 part holds them inline.  An agent whose owner or id is hashed (``~`` +
 SHA-256: a name over ``keys.INLINE_MAX`` bytes encoded) has no name record
 anywhere, so it cannot be addressed through ops: callers fall back to keys
@@ -18,13 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .. import server_check, store_format
+from ..gate import server_check, store_format
+from ..gate.store_gate import StoreGate
 from ..generations import Listed, RetryingStore
-from ..keys import AgentKeys, ConversationKey, conversation_key, decode_part, is_hashed
-from ..service import Service
+from ..protocol.service import Service
 from ..settings import Location, open_store, parse_location
-from ..space import Space
-from ..store_gate import StoreGate
+from ..store.keys import AgentKeys, ConversationKey, conversation_key, decode_part, is_hashed
+from ..store.space import Space
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -18,7 +18,7 @@ exits 1.  Logs go to stderr; the bridge writes nothing to stdout.
 
 Metrics (``--metrics-port``, ``--metrics-file``): the bridge's calls by op and
 outcome, and its drivers' counters (``LNK_METRICS_DIR`` is set for them, see
-``cloudstore.metrics``), in the Prometheus text format.  ``--log-format json``
+``cloudstore.runtime.metrics``), in the Prometheus text format.  ``--log-format json``
 (or ``LNK_LOG_FORMAT=json``): one JSON object a log line, for the drivers too.
 """
 
@@ -34,9 +34,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from .. import jsonlog, metrics
-from ..client import env_pairs
-from ..config_schema import ConfigFileError, Field, ListOf, Nullable, Number, Obj, Str, load_config
+from ..protocol.client import env_pairs
+from ..runtime import jsonlog, metrics
+from ..runtime.config_schema import ConfigFileError, Field, ListOf, Nullable, Number, Obj, Str, load_config
 from .limits import Limits
 from .proof import KeyFileError, read_key_file
 from .server import AgentSpec, StoreBridge

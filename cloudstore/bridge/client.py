@@ -14,8 +14,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ..client import dumps
 from ..errors import CloudstoreError
+from ..protocol.client import dumps
 from .lines import LineClosed, LineReader, LineTimeout
 from .proof import compute_proof
 

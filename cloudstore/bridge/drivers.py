@@ -25,8 +25,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..client import DriverError, ServeProcess, call_once, driver_env, program_argv
 from ..errors import CloudstoreError
+from ..protocol.client import DriverError, ServeProcess, call_once, driver_env, program_argv
 
 log = logging.getLogger("cloudstore.bridge")
 

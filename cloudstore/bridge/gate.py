@@ -33,7 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..client import dumps
+from ..protocol.client import dumps
 from .ratelog import RateLog
 from .rules import error_reply
 

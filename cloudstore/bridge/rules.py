@@ -3,7 +3,7 @@
 Everything here answers one question about a call: may it reach the driver?
 A refusal raises ``Refused`` with the reason; the bridge answers it as
 ``refused: <reason>``. The field rules themselves (paths, base64, sizes,
-tools) are the drivers' own, from ``cloudstore.validate``, so the bridge and
+tools) are the drivers' own, from ``cloudstore.protocol.validate``, so the bridge and
 the drivers can never disagree on what a legal path or datum is.
 """
 
@@ -13,9 +13,10 @@ import logging
 import os
 from typing import Any
 
-from .. import strict_json, validate
 from ..errors import CloudstoreError
-from ..validate import Agent, RequestError
+from ..protocol import validate
+from ..protocol.validate import Agent, RequestError
+from ..runtime import strict_json
 from .drivers import Contract
 
 log = logging.getLogger("cloudstore.bridge")

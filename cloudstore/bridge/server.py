@@ -45,9 +45,9 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .. import metrics
-from ..client import dumps
-from ..validate import Agent, shown
+from ..protocol.client import dumps
+from ..protocol.validate import Agent, shown
+from ..runtime import metrics
 from . import rules
 from .cost import call_cost, parse_cost
 from .drivers import Contract, DriverFailed, DriverPool, DriverTimeout, NoDriverFree, read_contract
@@ -366,7 +366,7 @@ class StoreBridge:
 @functools.cache
 def _ops() -> frozenset[str]:
     """The ops the drivers of this project answer (their table, read once)."""
-    from ..service import Service
+    from ..protocol.service import Service
 
     return frozenset(name[3:] for name in dir(Service) if name.startswith("op_"))
 

@@ -31,8 +31,8 @@ from ..bridge.client import exchange, proof_line
 from ..bridge.limits import Limits
 from ..bridge.proof import new_key_hex
 from ..bridge.server import AgentSpec, StoreBridge
-from ..client import DriverError
-from ..validate import Agent
+from ..protocol.client import DriverError
+from ..protocol.validate import Agent
 from .program import Driver
 from .transport import Transport
 

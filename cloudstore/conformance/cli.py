@@ -24,7 +24,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from ..client import env_pairs
+from ..protocol.client import env_pairs
 from . import bridge_transport
 from .harness import FAMILIES
 from .runner import MODES, run

@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..client import DriverError, ServeProcess, dumps
+from ..protocol.client import DriverError, ServeProcess, dumps
 from .expect import Json, is_number
 from .harness import CheckSet, Ctx
 from .judge import History, fail

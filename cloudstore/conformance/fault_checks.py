@@ -45,14 +45,14 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from functools import partial
 
-from ..client import DriverError
-from ..racing import at_once
+from ..protocol.client import DriverError
 from .expect import Json, is_error
 from .faults import Fault, World
 from .harness import CheckSet, Ctx
 from .judge import DONE, NOT_DONE, UNKNOWN, History, compact, fail, fate, judge_own
 from .linear import linearizable
 from .program import Driver
+from .racing import at_once
 from .transport import ServeTransport
 
 checks = CheckSet("faults")

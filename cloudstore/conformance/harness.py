@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client import DriverError
+from ..protocol.client import DriverError
 from .expect import CheckFailed, Json, short
 from .program import Driver
 from .transport import Transport

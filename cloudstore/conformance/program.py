@@ -1,6 +1,6 @@
 """The driver as a program: how to run its commands other than a request.
 
-``cloudstore.client`` runs ``call`` and ``serve``; the suite also has to run
+``cloudstore.protocol.client`` runs ``call`` and ``serve``; the suite also has to run
 ``contract``, ``--version``, ``--help`` and deliberate usage errors (``call x``)
 and look at their exit codes and stdout, which ``client`` has no function for.
 :func:`run_command` is that one function, built on client's own argv and
@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..client import driver_env, program_argv
+from ..protocol.client import driver_env, program_argv
 from .expect import Json
 
 #: The contract's limit for one call; nothing a driver does should take longer.

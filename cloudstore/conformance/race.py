@@ -14,10 +14,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from ..client import DriverError
-from ..racing import RaceError, at_once
+from ..protocol.client import DriverError
 from .expect import Json
 from .harness import Ctx
+from .racing import RaceError, at_once
 
 
 def race(ctx: Ctx, requests: Sequence[Json]) -> list[dict[str, Json]]:

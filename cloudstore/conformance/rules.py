@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from ..client import DriverError, ServeProcess, call_once, dumps
+from ..protocol.client import DriverError, ServeProcess, call_once, dumps
 from .expect import CheckFailed, Json, expect, expect_error, expect_that, is_error, short
 from .harness import Check, CheckSet, Ctx
 from .program import CALL_SECONDS

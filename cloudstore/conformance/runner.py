@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
-from ..client import DriverError
+from ..protocol.client import DriverError
 from . import commands, conversations, crash_checks, fault_checks, files, jobs, narrowing
 from .expect import is_error
 from .faults import open_world

@@ -15,7 +15,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from typing import IO
 
-from ..client import DriverError, ServeProcess, call_once, dumps
+from ..protocol.client import DriverError, ServeProcess, call_once, dumps
 from .expect import Json
 from .program import CALL_SECONDS, Driver
 

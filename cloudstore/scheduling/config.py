@@ -39,7 +39,7 @@ checked by the same rule, named by the flag.
 
 ``metrics_port`` (a port, or ``"HOST:PORT"``; HOST defaults to 127.0.0.1)
 and ``metrics_file`` export the runner's counters (one per event of its log,
-``lnk_scheduler_events_total``) and its own drivers' (``cloudstore.metrics``)
+``lnk_scheduler_events_total``) and its own drivers' (``cloudstore.runtime.metrics``)
 in the Prometheus text format.
 """
 
@@ -54,8 +54,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..client import env_pairs
-from ..config_schema import (
+from ..errors import CloudstoreError
+from ..protocol.client import env_pairs
+from ..runtime.config_schema import (
     Bool,
     ConfigFileError,
     Either,
@@ -70,7 +71,6 @@ from ..config_schema import (
     Str,
     load_config,
 )
-from ..errors import CloudstoreError
 from .fire import JOB_VARS, base_environment, program_problem
 from .runner import WORKERS, Timing
 from .store_client import Agent
@@ -101,7 +101,7 @@ def _blank_shell_line(line: str) -> str | None:
 
 
 def _listen(text: str) -> str | None:
-    from ..metrics import parse_listen
+    from ..runtime.metrics import parse_listen
 
     try:
         parse_listen(text)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..metrics import counter
+from ..runtime.metrics import counter
 
 _lock = threading.Lock()
 EVENTS = counter("lnk_scheduler_events_total", "Events of the scheduler's log (fired, claim_failed, lease_lost, "

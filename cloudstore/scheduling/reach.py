@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from .. import metrics
+from ..runtime import metrics
 from .store_client import StoreCallError, StoreClient
 
 GAUGE = "lnk_scheduler_store_unreachable"

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..keys import is_hashed, name_part
+from ..store.keys import is_hashed, name_part
 from .store_client import Agent, AgentStore
 
 PAGE = 1000  # job_claims entries a request: one listing page

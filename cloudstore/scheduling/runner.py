@@ -59,7 +59,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ..wake import PRESENCE_EVERY, WakeListener, encode_presences
+from ..runtime.wake import PRESENCE_EVERY, WakeListener, encode_presences
 from .claim_leases import Claims
 from .claiming import Claimer, due_of
 from .fire import FireCommand

@@ -25,9 +25,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from ..client import DriverError, ServeProcess
 from ..errors import CloudstoreError
-from ..validate import Agent
+from ..protocol.client import DriverError, ServeProcess
+from ..protocol.validate import Agent
 
 REQUEST_TIMEOUT = 35.0  # the bridge stops a call at 30 s; a serve driver gets the same, plus slack
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..due_index import sortable
+from ..store.due_index import sortable
 from .claiming import due_of
 from .store_client import Agent, AgentStore
 
@@ -155,6 +155,6 @@ class ListSource:
 
 def _hashed_id(job_id: str) -> bool:
     """Whether the index keeps this id only as a hash (so a listing, not the index, names it)."""
-    from ..keys import is_hashed, name_part
+    from ..store.keys import is_hashed, name_part
 
     return is_hashed(name_part(job_id))

@@ -7,7 +7,7 @@ import argparse
 
 from cloudstore.conformance.bridge_transport import BridgeTransport, add_options, transports_for
 from cloudstore.conformance.program import Driver
-from cloudstore.racing import at_once
+from cloudstore.conformance.racing import at_once
 
 
 def test_agents_met_on_the_way_are_served_and_kept_apart(short_dir):

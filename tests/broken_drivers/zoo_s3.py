@@ -64,7 +64,7 @@ def sdk_retries() -> None:
 
 
 def stale_last() -> None:
-    from cloudstore import conversations
+    from cloudstore.store import conversations
 
     plain = conversations.Conversations.last
 
@@ -87,7 +87,7 @@ def still_current() -> None:
 
 
 def late_delete() -> None:
-    from cloudstore import files
+    from cloudstore.store import files
 
     def remove(self: Any, agent: Any, path: str, version: int) -> bool:
         now = self.read(agent, path)
@@ -107,7 +107,7 @@ def local_clock() -> None:
 
 
 def shift_in_two() -> None:
-    from cloudstore import jobs
+    from cloudstore.store import jobs
 
     def shift(self: Any, agent: Any, job_id: str, source: str, target: str) -> bool:
         job = self.get(agent, source, job_id)
@@ -120,7 +120,7 @@ def shift_in_two() -> None:
 
 
 def due_before_record() -> None:
-    from cloudstore import jobs
+    from cloudstore.store import jobs
 
     plain = jobs.Jobs.move
 
@@ -136,7 +136,7 @@ def due_before_record() -> None:
 
 
 def packing_rewrites() -> None:
-    from cloudstore import conversations
+    from cloudstore.store import conversations
 
     plain = conversations.Conversations.append
 
@@ -153,7 +153,7 @@ def packing_rewrites() -> None:
 
 
 def trusts_server() -> None:
-    from cloudstore import server_check
+    from cloudstore.gate import server_check
 
     # Each of the probe's writes "refused", as on an honest server whose probe key exists: nothing sent.
     server_check.Probe.create = lambda self: False  # type: ignore[method-assign]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cloudstore.client import DriverError
 from cloudstore.conformance.expect import CheckFailed, expect_error, same_json
 from cloudstore.conformance.transport import parse_reply
+from cloudstore.protocol.client import DriverError
 
 
 @pytest.mark.parametrize("got, expected, same", [

@@ -25,9 +25,9 @@ from support import fresh_agent, location_of
 
 from cloudstore.driver import BUCKET, Answerer, encode_reply
 from cloudstore.generations import RetryingStore, RetryPolicy
-from cloudstore.service import Service
+from cloudstore.protocol.service import Service
 from cloudstore.settings import open_backend
-from cloudstore.space import Space
+from cloudstore.store.space import Space
 from faults.backend import Call, Fault, FaultyBackend, Limbo, Plan, no_faults
 
 Json = Any

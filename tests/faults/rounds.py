@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cloudstore import server_check, store_format
 from cloudstore.conformance.fault_proxy import Seen
+from cloudstore.gate import server_check, store_format
 
 
 def rounds_of(seen: Sequence[Seen]) -> int:

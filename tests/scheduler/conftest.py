@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from scheduler_rig import Backend, Rig
 
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
 
 # Emulators are slower than a folder: job counts are scaled down on them.
 SCALE = {"file": 1.0, "moto": 0.5, "gcs": 0.5}

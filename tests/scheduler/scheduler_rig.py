@@ -19,7 +19,7 @@ from typing import Any
 
 from support import wait_for as support_wait_for
 
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
 from cloudstore.scheduling.fire import FireResult
 from cloudstore.scheduling.log import read_events
 

@@ -33,7 +33,7 @@ import pytest
 from scheduler_rig import wait_for
 
 from cloudstore import scheduler
-from cloudstore.config_schema import Bool, Field, Int, ListOf, Nullable, Number, Obj, SchemaError, Str
+from cloudstore.runtime.config_schema import Bool, Field, Int, ListOf, Nullable, Number, Obj, SchemaError, Str
 from cloudstore.scheduling.config import ConfigError, load
 from cloudstore.scheduling.store_client import Agent
 
@@ -76,7 +76,7 @@ def test_fire_sees_only_its_environment(tmp_path: Path, monkeypatch: pytest.Monk
 
 def test_runner_keeps_credentials_from_fire(tmp_path: Path) -> None:
     """A real runner process, a real file:// store, a job due now: its command sees no credential."""
-    from cloudstore.client import ServeProcess
+    from cloudstore.protocol.client import ServeProcess
 
     store = tmp_path / "store"
     store.mkdir()

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from scheduler_rig import FIRE, wait_for
 
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
 from cloudstore.scheduling.config import ConfigError, load
 from cloudstore.scheduling.fire import FireCommand
 from cloudstore.scheduling.store_client import Agent

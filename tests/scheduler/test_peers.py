@@ -25,11 +25,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from cloudstore.runtime.wake import Presence, decode_presence
 from cloudstore.scheduling.peers import Peers, weight
 from cloudstore.scheduling.runner import LATE_LOOK, Runner, Timing
 from cloudstore.scheduling.store_client import Agent, AgentStore
 from cloudstore.scheduling.watch import Due, Poll
-from cloudstore.wake import Presence, decode_presence
 
 AGENT = Agent(owner="o", id="a")
 OTHER = Agent(owner="o", id="b")
@@ -332,7 +332,7 @@ class NamedNudges:
 def test_a_job_a_nudge_names_due_now_is_claimed_at_once_without_a_poll() -> None:
     """A put through this machine's driver names its job: the runner's worker claims it at once (the
     claim judges whether it waits and is due), whoever owns it, and no poll is asked for."""
-    from cloudstore.wake import Named
+    from cloudstore.runtime.wake import Named
 
     r, claimer, store = runner("A", "B")
     theirs = [job for job in JOBS if owner_of(job, ["A", "B"]) == "B"][0]
@@ -345,7 +345,7 @@ def test_a_job_a_nudge_names_due_now_is_claimed_at_once_without_a_poll() -> None
 def test_a_job_a_nudge_names_is_left_to_its_owner_when_that_owner_listens_on_this_machine() -> None:
     """Its owner got the same nudge: this runner neither claims the job nor polls for it; its
     ordinary polls show it a grace later if the owner did not claim it."""
-    from cloudstore.wake import Named
+    from cloudstore.runtime.wake import Named
 
     r, claimer, store = runner("A", "B", nearby=("B",))
     theirs = next(job for job in JOBS if owner_of(job, ["A", "B"]) == "B")
@@ -357,7 +357,7 @@ def test_a_job_a_nudge_names_is_left_to_its_owner_when_that_owner_listens_on_thi
 
 
 def test_a_nudge_naming_nothing_of_ours_due_now_asks_for_a_poll() -> None:
-    from cloudstore.wake import Named
+    from cloudstore.runtime.wake import Named
 
     for named, plain in (
         ([Named("o", "someone-else", "j", 0.0)], False),  # not an agent of this runner's own driver
@@ -372,7 +372,7 @@ def test_a_nudge_naming_nothing_of_ours_due_now_asks_for_a_poll() -> None:
 
 def test_a_named_nudge_for_an_agent_reached_through_a_bridge_only_polls() -> None:
     """A bridge answers no ``job_claim`` with its lease: its agents' named jobs are found by the poll."""
-    from cloudstore.wake import Named
+    from cloudstore.runtime.wake import Named
 
     bridged = AgentStore(AGENT, NoClient(), own_driver=False)
     r = Runner([bridged], [], fire=None, holder="A",  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ from typing import Any
 
 from scheduler_rig import AGENTS, Rig, assert_no_overlap, intervals, key, wait_for
 
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
 
 
 def put_burst(rig: Rig, n: int, start: float, spread: float, prefix: str = "j") -> set[tuple]:

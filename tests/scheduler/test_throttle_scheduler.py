@@ -9,7 +9,7 @@ then fails; in front of moto with S3's per-prefix ``SlowDown``):
    answers an error, every job fires, none twice.  On eafe802 the agent's one
    ``mark`` object, written blind by every put and every claim attempt, took
    93-100% of the 429s and most puts answered ``outcome unknown``; now the
-   mark is sharded (``cloudstore/job_mark.py``) and a claim that loses writes
+   mark is sharded (``cloudstore/store/job_mark.py``) and a claim that loses writes
    no mark.
 2. A finish throttled past all of its tries does not let the job be fired
    again: the claim is kept (its lease renewed) and the finish tried again
@@ -44,8 +44,8 @@ from load import put_paced
 from scheduler_rig import AGENTS, Backend, QuickFire, Rig, wait_for
 from support import StoreUnderTest, fresh_agent, make_store
 
-from cloudstore.client import ServeProcess
 from cloudstore.errors import UNCHANGED_WORDS
+from cloudstore.protocol.client import ServeProcess
 from cloudstore.scheduling import claiming
 from cloudstore.scheduling.claim_leases import Claims
 from cloudstore.scheduling.claiming import Claimer

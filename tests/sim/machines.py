@@ -28,16 +28,16 @@ from typing import Any
 
 from faults.backend import FaultyBackend
 
-import cloudstore.conversations as conversations
 import cloudstore.generations as generations
-import cloudstore.jobs as jobs
-import cloudstore.packing as packing
-import cloudstore.space as space_module
+import cloudstore.store.conversations as conversations
+import cloudstore.store.jobs as jobs
+import cloudstore.store.packing as packing
+import cloudstore.store.space as space_module
 from cloudstore.clock import StoreClock
 from cloudstore.driver import BUCKET, Answerer, encode_reply
 from cloudstore.generations import Backend, RetryingStore, RetryPolicy
-from cloudstore.service import Service
-from cloudstore.space import Space
+from cloudstore.protocol.service import Service
+from cloudstore.store.space import Space
 
 #: Retries that never sleep: the scheduler orders everything.
 POLICY = RetryPolicy(attempts=6, first_delay=0.0, max_delay=0.0, deadline=60.0, throttle_delay=0.0)

@@ -50,7 +50,7 @@ from typing import Any
 
 from support import Session, StoreUnderTest
 
-from cloudstore.client import ServeProcess
+from cloudstore.protocol.client import ServeProcess
 
 #: This checkout: HEAD's code, and the git repository the releases are built from.
 REPO = Path(__file__).resolve().parents[2]

@@ -226,9 +226,9 @@ def test_an_orphan_stub_is_nothing_to_head_and_migrate_deletes_it(fleet: Any, st
     HEAD reads it as nothing; 0.5.0 fails on it (loud, documented); HEAD's migrate --in-place deletes it,
     after which 0.5.0 answers again."""
     from cloudstore.admin.walk import open_url
-    from cloudstore.files import stub_body
     from cloudstore.generations import Create
-    from cloudstore.keys import AgentKeys
+    from cloudstore.store.files import stub_body
+    from cloudstore.store.keys import AgentKeys
 
     for key, value in store.env.items():
         monkeypatch.setenv(key, value)

@@ -22,10 +22,10 @@ from releases import Driver, admin, as_head
 from support import StoreUnderTest, environment, location_of
 
 import cloudstore
-from cloudstore import store_format
+from cloudstore.gate import store_format
 from cloudstore.generations import Overwrite, RetryingStore
-from cloudstore.keys import AgentKeys
 from cloudstore.settings import open_backend
+from cloudstore.store.keys import AgentKeys
 
 #: One op of every family that reads, and one that writes (each valid: only the record may refuse it).
 READS = [("last", {"thread": "t"}), ("read", {"thread": "t"}), ("threads", {}), ("leases", {"lapse_ms": 1000}),

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from .errors import CloudstoreError
+from ..errors import CloudstoreError
 
 T = TypeVar("T")
 

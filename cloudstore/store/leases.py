@@ -26,8 +26,8 @@ from typing import Any
 
 from . import stored
 from .heads import HEAD, Heads, checked, has_lease, without_lease
+from .model import Agent
 from .space import KEEP, Space
-from .validate import Agent
 
 #: The smallest ``lapse_ms`` the docs allow for a lease renewed every lapse/3 on GCS (docs/protocol.md,
 #: *How often a lease can be renewed*).  A lease is one object, its conversation's head, and GCS takes

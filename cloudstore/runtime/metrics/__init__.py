@@ -48,7 +48,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-log = logging.getLogger("cloudstore.metrics")
+log = logging.getLogger("cloudstore.runtime.metrics")
 
 #: The folder a driver writes its snapshot into (set by the bridge and the scheduler for their drivers).
 METRICS_DIR = "LNK_METRICS_DIR"

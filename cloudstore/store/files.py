@@ -65,9 +65,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeGuard, TypeVar
 
-from . import metrics
-from .cache import Bounded
-from .generations import (
+from ..generations import (
     HISTORY,
     AlreadyExists,
     Create,
@@ -80,9 +78,11 @@ from .generations import (
     backoff_sleep,
     frame,
 )
+from ..runtime import metrics
+from .cache import Bounded
 from .keys import PART_MAX, AgentKeys, is_old_file_part
+from .model import FILE_MAX, FILES_MAX, Agent, RequestError, compact
 from .space import CAS_ROUNDS, KEEP, Contention, ContextPool, Space
-from .validate import FILE_MAX, FILES_MAX, Agent, RequestError, compact
 
 T = TypeVar("T")
 

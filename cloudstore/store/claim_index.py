@@ -33,8 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..generations import NotFound, Overwrite, PreconditionFailed, StoreError
 from .confirmed import Confirmed
-from .generations import NotFound, Overwrite, PreconditionFailed, StoreError
 from .keys import AgentKeys, claim_entry, claim_record, claim_root, decode_part, is_hashed, is_name_part
 from .space import Space
 

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .errors import CloudstoreError
+from ..errors import CloudstoreError
 
 Json = Any
 

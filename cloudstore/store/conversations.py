@@ -59,15 +59,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..generations import AlreadyExists, Create, Listed, Object, Overwrite, StoreError, frame
 from . import packing, stored
 from .cache import Bounded
-from .generations import AlreadyExists, Create, Listed, Object, Overwrite, StoreError, frame
 from .heads import Heads, epoch_of, packed_last, packed_newest, with_packed
 from .keys import AgentKeys, EpochKeys, conversation_key, name_part
+from .model import Agent, RequestError, compact
 from .packing import Piece, cover, packed_at
 from .removal import FENCE, TRUST_SECONDS, Removals
 from .space import KEEP, Contention, Space
-from .validate import Agent, RequestError, compact
 
 #: The latest events a serve process keeps of a conversation it writes (blocks up to this are packed from memory).
 RECENT_KEPT = 128

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from . import stored
+from .model import Agent
 from .space import Space
-from .validate import Agent
 
 TOOLS = "tools narrowing"
 

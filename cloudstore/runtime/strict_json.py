@@ -23,7 +23,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from .errors import CloudstoreError
+from ..errors import CloudstoreError
 
 
 class StrictJSONError(CloudstoreError, ValueError):

@@ -38,13 +38,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from . import job_mark, stored, wake
+from ..generations import Listed, NotFound, Object, PreconditionFailed, StoreError
+from ..runtime import wake
+from . import job_mark, stored
 from .claim_index import ClaimEntry, ClaimIndex
 from .due_index import DueEntry, DueIndex
-from .generations import Listed, NotFound, Object, PreconditionFailed, StoreError
 from .keys import AgentKeys, is_due_entry_of
+from .model import PLACES, Agent
 from .space import KEEP, Space
-from .validate import PLACES, Agent
 
 WAITING = "waiting"
 FIRING = "firing"

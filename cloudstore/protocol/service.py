@@ -19,16 +19,16 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from . import metrics
+from ..gate.store_gate import StoreGate
+from ..generations import StoreUnavailable
+from ..runtime import metrics
+from ..store.conversations import Conversations
+from ..store.files import Files
+from ..store.jobs import Jobs
+from ..store.leases import Leases
+from ..store.space import Contention, Space
+from ..store.tools import Tools
 from . import validate as v
-from .conversations import Conversations
-from .files import Files
-from .generations import StoreUnavailable
-from .jobs import Jobs
-from .leases import Leases
-from .space import Contention, Space
-from .store_gate import StoreGate
-from .tools import Tools
 
 Reply = dict[str, Any]
 

@@ -3,7 +3,9 @@
 A request that breaks a rule raises ``RequestError`` with a message saying
 which rule; the driver answers it as ``{"reply": "error"}`` and nothing is
 changed, because no handler runs until the whole request has passed here.
-The limits are the contract's (``wire.md``).
+The limits and the words they are about (``Agent``, the places) are the
+domain's, kept below the storage in ``cloudstore.store.model``; this module
+reads a request against them.
 """
 
 from __future__ import annotations
@@ -13,27 +15,27 @@ import binascii
 import json
 import math
 import unicodedata
-from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any
 
-from . import strict_json
-from .errors import CloudstoreError
-
-SPEC_MAX = 1_048_576
-FILE_MAX = 4_194_304
-FILES_MAX = 4_096
-PATH_MAX = 1_024
-JOB_ID_MAX = 256
-TOOLS_MAX = 256
-VERSION_MAX = 2**53 - 1
-#: A waiting job's due becomes a key of the store's shared due index (due_index.py), so it lies
-#: within +-DUE_MAX seconds of 1970 (2**53 - 1: about 285 million years, every such integer exact
-#: as a double, so the keys' order is the dues' order).  Firing and ending keep any number.
-DUE_MAX = 2**53 - 1
-WAITING_DUE_RULE = f"a waiting job's 'due' must lie within -{DUE_MAX} and {DUE_MAX} (seconds since 1970)"
-PLACES = ("waiting", "firing", "ending")
-FILE_ROOTS = ("instructions", "skills")
-
+from ..runtime import strict_json
+from ..store.model import (  # noqa: F401 - the domain's words, re-exported: requests are checked against them
+    DUE_MAX,
+    FILE_MAX,
+    FILE_ROOTS,
+    FILES_MAX,
+    JOB_ID_MAX,
+    PATH_MAX,
+    PLACES,
+    SPEC_MAX,
+    TOOLS_MAX,
+    VERSION_MAX,
+    WAITING_DUE_RULE,
+    Agent,
+    RequestError,
+    compact,
+    due_in_range,
+    is_int,
+)
 
 #: Characters of a caller's value that an error reply or a log line shows: a value may be as long as a line.
 SHOWN_MAX = 80
@@ -47,10 +49,6 @@ def shown(value: object) -> str:
         return text
     size = len(value) if isinstance(value, str) else len(text)
     return f"{text[:SHOWN_MAX]}... ({size} characters)"
-
-
-class RequestError(CloudstoreError):
-    """The request breaks a rule; the message says which."""
 
 
 def _finite(text: str) -> float:
@@ -82,17 +80,7 @@ def parse_request(line: bytes | str) -> dict[str, Any]:
         raise RequestError(str(exc)) from exc
 
 
-def compact(value: Any) -> str:
-    """Canonical storage form of a JSON value: compact, ASCII-only (lossless)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
-
-
 # -- field readers ---------------------------------------------------------
-
-
-def is_int(value: Any) -> TypeGuard[int]:
-    """A JSON integer: not a bool, not a float, not a string."""
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def field(req: dict[str, Any], name: str) -> Any:
@@ -130,33 +118,6 @@ def integer(
         bound = f"from {minimum}" + (f" to {maximum}" if maximum is not None else "")
         raise RequestError(f"{name!r} must be an integer {bound}")
     return int(value)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Agent:
-    """Who something belongs to: an id, and an owner (None: no owner; "" is an owner).
-
-    The project's one agent identity (drivers, bridge, scheduler, API).
-    Keyword-only, ``Agent(id=..., owner=...)``: two strings given by
-    position are too easily swapped.
-    """
-
-    id: str
-    owner: str | None
-
-    def wire(self) -> dict[str, Any]:
-        """As a request names it: ``{"id", "owner"}``."""
-        return {"id": self.id, "owner": self.owner}
-
-    def label(self) -> str:
-        """For logs: ``owner/id``, or ``id`` alone when there is no owner."""
-        return self.id if self.owner is None else f"{self.owner}/{self.id}"
-
-    def due_token(self) -> str:
-        """How the store's due index names this agent (``job_due``'s ``agent``)."""
-        from .keys import AgentKeys
-
-        return AgentKeys(root="", owner=self.owner, id=self.id).due_token()
 
 
 def agent(req: dict[str, Any]) -> Agent:
@@ -233,17 +194,6 @@ def waiting_due(job: dict[str, Any]) -> dict[str, Any]:
     if not due_in_range(job["due"]):
         raise RequestError(WAITING_DUE_RULE)
     return job
-
-
-def due_in_range(due: Any) -> bool:
-    """Whether ``due`` may become a due index key: an int or a finite double within +-``DUE_MAX``.
-
-    Compared without converting an int to a double (``10**400`` overflows one)."""
-    if isinstance(due, bool) or not isinstance(due, (int, float)):
-        return False
-    if isinstance(due, float) and not math.isfinite(due):
-        return False
-    return -DUE_MAX <= due <= DUE_MAX
 
 
 def file_path(value: Any, name: str = "path", folder: bool = False) -> str:

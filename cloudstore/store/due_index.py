@@ -40,11 +40,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..generations import NotFound, Overwrite, new_nonce
 from .confirmed import Confirmed
-from .generations import NotFound, Overwrite, new_nonce
 from .keys import AgentKeys, decode_part, due_entry, due_record, due_root, is_hashed
+from .model import WAITING_DUE_RULE, RequestError, due_in_range
 from .space import Space
-from .validate import WAITING_DUE_RULE, RequestError, due_in_range
 
 GRACE = 60.0
 LOOK = 16  # entries listed per round

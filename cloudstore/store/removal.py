@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .generations import AlreadyExists, Create
+from ..generations import AlreadyExists, Create
 from .heads import Heads, epoch_of, packed_last, without_lease
 from .keys import AgentKeys, EpochKeys
 from .space import KEEP, Contention, Space

@@ -52,12 +52,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from .errors import ClosedError, CloudstoreError, LocationError, RefusedError, from_reply
+from ..errors import ClosedError, CloudstoreError, LocationError, RefusedError, from_reply
 
 if TYPE_CHECKING:
-    from .driver import Answerer
-    from .generations import Backend
-    from .settings import Location
+    from ..driver import Answerer
+    from ..generations import Backend
+    from ..settings import Location
 
 __all__ = [
     "AgentHandle", "Appended", "File", "FileWrite", "Job", "JobDay", "Lease", "Place", "Store", "ThreadInfo", "Took",
@@ -392,7 +392,7 @@ class ops:
 
 def who(owner: str | None, id: str) -> dict[str, Json]:
     """An agent as a request names it; refused at once when it breaks wire.md's rule (the driver's check)."""
-    from .validate import RequestError, agent
+    from ..protocol.validate import RequestError, agent
 
     named = {"id": id, "owner": owner}
     try:
@@ -451,11 +451,11 @@ class Engine:
 
     def _make(self) -> Answerer:
         """A new answerer as a driver's first request makes one (``Answerer._service``), on our backend."""
-        from .driver import BUCKET, GCS, Answerer
-        from .generations import RetryingStore, backend_label
-        from .service import Service
-        from .space import Space
-        from .store_gate import StoreGate
+        from ..driver import BUCKET, GCS, Answerer
+        from ..gate.store_gate import StoreGate
+        from ..generations import RetryingStore, backend_label
+        from ..protocol.service import Service
+        from ..store.space import Space
 
         with self._cond:  # one gate for every service of the pool: the record read and the server probed once
             if self._gate is None:
@@ -547,7 +547,7 @@ class Engine:
 
 def location_of(url: str) -> Location:
     """The parsed URL, as the drivers parse their setting; LocationError saying what is wrong."""
-    from .settings import SettingError, parse_location
+    from ..settings import SettingError, parse_location
 
     if not isinstance(url, str):
         raise LocationError(f"the store URL must be a string, not {type(url).__name__}")
@@ -573,11 +573,11 @@ def opening_failed(exc: Exception) -> LocationError:
 
 def open_sync_backend(location: Location, client_args: Mapping[str, str]) -> Backend:
     """The drivers' own backend for ``location`` (settings.open_backend), the S3 client overridden if asked."""
-    from .settings import open_backend
+    from ..settings import open_backend
 
     try:
         if location.scheme == "s3" and client_args:
-            from .s3 import S3Backend, make_client
+            from ..s3 import S3Backend, make_client
 
             return S3Backend(location.bucket, client=make_client(client_args=client_args))
         return open_backend(location)

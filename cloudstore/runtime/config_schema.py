@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import CloudstoreError
 from . import strict_json
-from .errors import CloudstoreError
 
 # A check beyond the type: the problem with the value, or None when it is fine.
 Extra = Callable[[Any], str | None]

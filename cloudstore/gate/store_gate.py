@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from ..generations import AlreadyExists, Backend, Create, PreconditionFailed, RetryingStore, StoreRefused, Update
 from . import store_format
-from .generations import AlreadyExists, Backend, Create, PreconditionFailed, RetryingStore, StoreRefused, Update
 from .server_check import Probe, ServerIgnoresPreconditions
 from .store_format import MalformedRecord, Record
 
@@ -73,7 +73,7 @@ class StoreGate:
             if self._round is not None and self._round.exception() is None and fresh:
                 return
             if self._pool is None:
-                from .space import ContextPool  # requests counted under the op being answered
+                from ..store.space import ContextPool  # requests counted under the op being answered
 
                 self._pool = ContextPool(max_workers=4, thread_name_prefix="cloudstore-gate")
             self._round = self._pool.submit(self._one_round)

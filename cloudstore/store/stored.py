@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from .generations import StoreUnavailable
-from .validate import is_int
+from ..generations import StoreUnavailable
+from .model import is_int
 
 #: The largest integer a stored counter, time or number may hold: a double's exact range, as the wire's.
 COUNT_MAX = 2**53 - 1

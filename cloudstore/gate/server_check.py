@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import random
 
-from .generations import AlreadyExists, Create, NotFound, PreconditionFailed, RetryingStore, StoreRefused, Update
+from ..generations import AlreadyExists, Create, NotFound, PreconditionFailed, RetryingStore, StoreRefused, Update
 
 #: Below the store's root: ``_probe/<k>``, k in 0..SHARDS-1.
 PREFIX = "_probe/"

@@ -47,8 +47,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeGuard, TypeVar
 
+from ..generations import Object
 from . import stored
-from .generations import Object
 from .keys import EPOCH_DIGITS, SEQ_DIGITS, AgentKeys
 from .space import Space
 

@@ -16,10 +16,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from . import metrics
-from .cache import Bounded
-from .errors import CloudstoreError
-from .generations import (
+from ..errors import CloudstoreError
+from ..generations import (
     AlreadyExists,
     Create,
     Listed,
@@ -31,8 +29,10 @@ from .generations import (
     Update,
     backoff_sleep,
 )
+from ..runtime import metrics
+from .cache import Bounded
 from .keys import AgentKeys, decode_part, is_hashed
-from .validate import Agent, compact
+from .model import Agent, compact
 
 T = TypeVar("T")
 U = TypeVar("U")

@@ -55,10 +55,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ..generations import Listed, RetryingStore, StoreError, Throttled, entropy, new_nonce
 from .cache import Bounded
-from .generations import Listed, RetryingStore, StoreError, Throttled, entropy, new_nonce
 from .keys import AgentKeys
-from .validate import compact
+from .model import compact
 
 log = logging.getLogger("cloudstore")
 
