@@ -40,7 +40,7 @@ The tree (module names below ``cloudstore``)::
      ├── errors.ClosedError                              the store was closed before the call
      ├── validate.RequestError                           a request breaks a rule (the driver's check)
      ├── strict_json.StrictJSONError (ValueError)        a line or file is not strict JSON
-     ├── settings.SettingError                           a driver setting is missing or malformed
+     ├── errors.SettingError                             a driver setting is missing or malformed
      ├── config_schema.ConfigFileError (ValueError)      a config file cannot be used
      │    └── config_schema.SchemaError                  a value breaks the schema
      ├── generations.StoreError                          the seam's errors
@@ -137,6 +137,13 @@ class LocationError(CloudstoreError, ValueError):
 
 class ClosedError(CloudstoreError):
     """The store was closed before this call was made; nothing was sent."""
+
+
+class SettingError(CloudstoreError):
+    """A driver's setting is missing or malformed; the message names it (never its value).
+
+    Here, not in ``settings``, because a backend raises it too (``s3.S3Backend`` finding no
+    credentials) and ``settings`` imports the backends: kept there it made a cycle."""
 
 
 def from_reply(op: str | None, message: str) -> CloudstoreError:

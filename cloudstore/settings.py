@@ -13,15 +13,13 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from .errors import CloudstoreError
+from .errors import SettingError
 from .generations import FAILPOINT, Backend, RetryingStore
+
+__all__ = ["Location", "SettingError", "open_backend", "open_store", "parse_location"]  # SettingError is errors.py's
 
 # GCS and S3 bucket names: lowercase letters, digits, dots, dashes, underscores.
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-
-
-class SettingError(CloudstoreError):
-    """The driver's setting is missing or malformed; the message names it."""
 
 
 @dataclass(frozen=True)
