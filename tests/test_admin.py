@@ -24,7 +24,7 @@ import pytest
 from support import environment, new_bucket
 
 from cloudstore.admin import gc
-from cloudstore.admin.migrate import expectation
+from cloudstore.admin.copying import expectation
 from cloudstore.admin.verify import compare
 from cloudstore.admin.walk import STORE_KINDS, Opened, list_all, open_url
 from cloudstore.protocol.validate import Agent

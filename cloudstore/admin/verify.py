@@ -29,6 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..store.keys import decode_path
+from .copying import Raw, refusal, translator
 from .inspect import PLACES
 from .walk import STORE_KINDS, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel
 
@@ -200,7 +201,6 @@ def objects(src: Opened, dst: Opened, began: list[Key], dst_keys: list[Key]) -> 
     holding other things): counted by migrate, not differences.  Keys migrate refuses to copy are named by
     migrate.
     """
-    from .migrate import Raw, refusal, translator  # migrate imports this module
 
     now = {k.rel: k for k in list_all(src) if k.kind not in STORE_KINDS}
     there = {k.rel: k for k in dst_keys if k.kind not in STORE_KINDS}
