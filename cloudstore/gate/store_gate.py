@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..generations import AlreadyExists, Backend, Create, PreconditionFailed, RetryingStore, StoreRefused, Update
+from ..runtime.pools import ContextPool  # the probe's requests counted under the op being answered
 from . import store_format
 from .server_check import Probe, ServerIgnoresPreconditions
 from .store_format import MalformedRecord, Record
@@ -73,8 +74,6 @@ class StoreGate:
             if self._round is not None and self._round.exception() is None and fresh:
                 return
             if self._pool is None:
-                from ..store.space import ContextPool  # requests counted under the op being answered
-
                 self._pool = ContextPool(max_workers=4, thread_name_prefix="cloudstore-gate")
             self._round = self._pool.submit(self._one_round)
 

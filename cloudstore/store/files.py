@@ -79,10 +79,11 @@ from ..generations import (
     frame,
 )
 from ..runtime import metrics
+from ..runtime.pools import ContextPool
 from .cache import Bounded
 from .keys import PART_MAX, AgentKeys, is_old_file_part
 from .model import FILE_MAX, FILES_MAX, Agent, RequestError, compact
-from .space import CAS_ROUNDS, KEEP, Contention, ContextPool, Space
+from .space import CAS_ROUNDS, KEEP, Contention, Space
 
 T = TypeVar("T")
 

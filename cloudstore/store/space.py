@@ -8,11 +8,10 @@ that settles every race on one object.
 
 from __future__ import annotations
 
-import contextvars
 import json
 import logging
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -30,6 +29,7 @@ from ..generations import (
     backoff_sleep,
 )
 from ..runtime import metrics
+from ..runtime.pools import ContextPool
 from .cache import Bounded
 from .keys import AgentKeys, decode_part, is_hashed
 from .model import Agent, compact
@@ -53,17 +53,6 @@ PARSED_FACTOR = 12
 
 class Contention(CloudstoreError):
     """A compare-and-set loop lost every round; nothing of ours was written."""
-
-
-class ContextPool(ThreadPoolExecutor):
-    """A thread pool whose tasks run in a copy of the submitter's context (``contextvars``).
-
-    So a request made on a pool thread is counted for the wire op its
-    submitter is answering (``metrics.op_scope``), as if made in line.
-    """
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        return super().submit(contextvars.copy_context().run, fn, *args, **kwargs)
 
 
 @dataclass
