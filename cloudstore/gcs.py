@@ -30,8 +30,8 @@ from .generations import (
     Throttled,
     Transient,
     Update,
-    http_retry_after,
 )
+from .http_status import http_retry_after, is_refusal, meaning, refused
 
 # python-storage retries these statuses (google/cloud/storage/retry.py
 # _RETRYABLE_STATUS_CODES: 408, 429, 500, 502, 503, 504); 409 is a conflict
@@ -41,19 +41,6 @@ from .generations import (
 _TRANSIENT_CODES = {408, 409, 429, 500, 502, 503, 504}
 _THROTTLE_CODE = 429
 
-# What a 4xx refusal means, by status; the store's own message is not repeated (it names
-# the bucket and the object, which replies never show), only the limit it names.
-_REFUSED_STATUS = {
-    400: "the store judged the request malformed", 401: "the driver's credentials were not accepted",
-    403: "the driver's credentials may not do this here", 405: "the store does not allow this method here",
-    411: "the store wants the request's length first", 413: "the request is larger than the store accepts",
-    414: "the request's address is longer than the store accepts",
-}
-# 4xx statuses that are not refusals of this kind: absent (404), a race or a timeout (408, 409),
-# a precondition (412), an unsatisfiable range (416), a throttle (429).
-_NOT_REFUSALS = {404, 408, 409, 412, 416, 429}
-
-
 def _meaning(status: int, text: str) -> str:
     """What a GCS refusal means, naming the limit its message names where one is known."""
     lowered = text.lower()
@@ -61,7 +48,7 @@ def _meaning(status: int, text: str) -> str:
         return "a path part is longer than the store accepts (GCS: 1,024 bytes a whole object name)"
     if "bucket does not exist" in lowered:
         return "the bucket does not exist"
-    return _REFUSED_STATUS.get(status, "the store refused it")
+    return meaning(status)
 
 
 def refusal(status: int | None, text: str) -> StoreRefused | None:
@@ -72,8 +59,8 @@ def refusal(status: int | None, text: str) -> StoreRefused | None:
     if status is None:
         return None
     bucket_gone = status == 404 and "bucket does not exist" in text.lower()
-    if bucket_gone or (400 <= status < 500 and status not in _NOT_REFUSALS):
-        return StoreRefused(f"the store refused the request ({status}): {_meaning(status, text)}")
+    if bucket_gone or is_refusal(status):
+        return refused(str(status), _meaning(status, text))
     return None
 
 

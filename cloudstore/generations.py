@@ -125,24 +125,6 @@ class StoreRefused(StoreUnavailable):
         super().__init__(message, outcome_unknown=False)
 
 
-def http_retry_after(value: object) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date); None when absent or unreadable."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    text = value.strip()
-    try:
-        return max(0.0, float(text))
-    except ValueError:
-        pass
-    from email.utils import parsedate_to_datetime
-
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
 # --------------------------------------------------------------------------
 # Lineage: what each stored body remembers of the writes before it
 #

@@ -29,6 +29,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .clock import StoreClock, probe_by_reading
+from .errors import SettingError
 from .generations import (
     AlreadyExists,
     Create,
@@ -40,8 +41,8 @@ from .generations import (
     Throttled,
     Transient,
     Update,
-    http_retry_after,
 )
+from .http_status import http_retry_after, is_refusal, meaning, refused
 
 # Error codes retried: botocore's standard retry mode (botocore/retries/standard.py:
 # TransientRetryableChecker._TRANSIENT_ERROR_CODES and ThrottledRetryableChecker.
@@ -90,15 +91,6 @@ _REFUSALS = {
     "MissingContentLength": "the store wants the request's length first",
     "NotImplemented": "the store does not implement this request",
 }
-_REFUSED_STATUS = {
-    400: "the store judged the request malformed", 401: "the driver's credentials were not accepted",
-    403: "the driver's credentials may not do this here", 405: "the store does not allow this method here",
-    411: "the store wants the request's length first", 413: "the request is larger than the store accepts",
-    414: "the request's address is longer than the store accepts",
-}
-# 4xx statuses that are not refusals of this kind: absent (404), a race or a timeout (408, 409),
-# a precondition (412), an unsatisfiable range (416), a throttle (429).
-_NOT_REFUSALS = {404, 408, 409, 412, 416, 429}
 
 
 def refusal(status: int, code: str) -> StoreRefused | None:
@@ -106,9 +98,8 @@ def refusal(status: int, code: str) -> StoreRefused | None:
 
     The request was not applied: nothing was changed, and the reply says so.
     """
-    if code in _REFUSALS or (400 <= status < 500 and status not in _NOT_REFUSALS):
-        meaning = _REFUSALS.get(code) or _REFUSED_STATUS.get(status, "the store refused it")
-        return StoreRefused(f"the store refused the request ({status} {code or 'error'}): {meaning}")
+    if code in _REFUSALS or is_refusal(status):
+        return refused(f"{status} {code or 'error'}", _REFUSALS.get(code) or meaning(status))
     return None
 
 
@@ -247,8 +238,6 @@ class S3Backend:
         if client is None and not _has_credentials(self.client):
             # Else every request fails signing (botocore's NoCredentialsError): an "internal error"
             # and a traceback per request, for what is the operator's setting to fix.
-            from .settings import SettingError
-
             raise SettingError(NO_CREDENTIALS)
         self.bucket = bucket
         self.clock = StoreClock(probe=probe_by_reading(self.get))
