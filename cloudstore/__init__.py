@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._version import __version__ as __version__  # one place: cloudstore/_version.py
+
 if TYPE_CHECKING:
     from .api import Store
-
-__version__ = "0.6.0"
 
 
 def open(url: str, **settings: Any) -> Store:  # noqa: A001 - cloudstore.open, as io.open / gzip.open

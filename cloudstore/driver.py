@@ -7,6 +7,10 @@ answers one request, ``serve`` one request a line until stdin ends.
 Stdout carries replies and nothing else: the real stdout is kept for replies
 and ``sys.stdout`` is pointed at stderr, so a stray print anywhere (ours or a
 library's) can never corrupt the reply stream.
+
+This module is a program's main and nothing imports it: what turns a request
+line into a reply (``Answerer``, ``encode_reply``) is the library's
+(``cloudstore.protocol.answerer``), shared with the Python API.
 """
 
 from __future__ import annotations
@@ -16,22 +20,21 @@ import logging
 import os
 import signal
 import sys
-import time
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from . import __version__
+from ._version import __version__
+from .protocol.answerer import BUCKET_SETTING, GCS_SETTING, Answerer, StoreSetting, encode_reply
 
 CONTRACT = {"version": 1, "serve": True, "jobs": True, "files": True}
 
 
 @dataclass(frozen=True)
 class DriverInfo:
-    """What differs between the two drivers: name, setting, URL schemes, and their own settings' help."""
+    """What differs between the two drivers: name, the setting naming the store (and its URL schemes), help."""
 
     name: str
-    setting: str
-    schemes: tuple[str, ...]
+    store: StoreSetting  # what the Answerer opens (protocol/answerer.py)
     title: str
     own_settings: str  # the help lines of the settings only this driver reads
 
@@ -78,8 +81,7 @@ exit status: 0, or 2 for a usage error (an unknown command or extra arguments).
 
 GCS = DriverInfo(
     "lnk-gcs",
-    "LNK_GCS_URL",
-    ("gs",),
+    GCS_SETTING,
     "Link store driver keeping an agent's things in Google Cloud Storage.",
     """\
   LNK_GCS_URL             gs://BUCKET[/PREFIX]  where everything is kept (required)
@@ -91,8 +93,7 @@ GCS = DriverInfo(
 
 BUCKET = DriverInfo(
     "lnk-bucket-store",
-    "LNK_BUCKET_URL",
-    ("s3", "file"),
+    BUCKET_SETTING,
     "Link store driver keeping an agent's things in an S3-compatible bucket or a local folder.",
     """\
   LNK_BUCKET_URL          s3://BUCKET[/PREFIX] or file:///ABSOLUTE/FOLDER (required; the
@@ -104,117 +105,6 @@ BUCKET = DriverInfo(
 )
 
 log = logging.getLogger("cloudstore")
-
-#: "1" lets this process answer ``job_due`` (service.py): the scheduler's runner sets it for its own driver.
-SCHEDULER_OPS_SETTING = "LNK_SCHEDULER_OPS"
-
-
-def error(why: str) -> dict:
-    return {"reply": "error", "error": why}
-
-
-def encode_reply(reply: dict) -> str:
-    """One reply line, exactly as wire.md writes it (``{"reply": "done"}``).
-
-    A reply that cannot be written as JSON (a value no request should have
-    let in) becomes an error line: a reply never crashes the driver.
-    """
-    try:
-        return json.dumps(reply, ensure_ascii=True, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        log.error("a reply could not be encoded: %s", exc)
-        return json.dumps(error(f"internal error: the reply could not be written as JSON ({type(exc).__name__})"))
-
-
-class Answerer:
-    """Turns request lines into reply dicts; opens the store on first need."""
-
-    def __init__(self, info: DriverInfo) -> None:
-        self.info = info
-        self.service: Any = None
-        self.last_op = ""  # the op of the last request answered: deferred work is counted under it
-
-    def _service(self) -> Any:
-        if self.service is None:
-            from .protocol.service import Service
-            from .settings import SettingError, open_store, parse_location
-            from .store.space import Space
-
-            location = parse_location(self.info.setting, os.environ.get(self.info.setting), self.info.schemes)
-            try:
-                store = open_store(location, create=False, setting=self.info.setting)  # a typo makes no new store
-            except SettingError as exc:  # no credentials, no such folder: the message says what to set
-                log.error("cannot open the store: %s", exc)
-                raise
-            except Exception as exc:  # a folder that cannot be read, an SDK that finds no credentials
-                # The detail names folders and endpoints: the operator's log has it, the reply only its kind.
-                log.error("cannot open the store: %s", exc, exc_info=log.isEnabledFor(logging.DEBUG))
-                raise SettingError(open_failure(self.info.setting, exc)) from exc
-            self.service = Service(Space(store, location.prefix),
-                                   scheduler_ops=os.environ.get(SCHEDULER_OPS_SETTING) == "1")
-            self.service.space.deferred = []  # packing and index drops wait until the reply is out
-        return self.service
-
-    def named(self, reply: dict) -> dict:
-        """An error reply saying the bucket does not exist, with the setting that names it."""
-        why, setting = reply.get("error"), self.info.setting
-        if reply.get("reply") == "error" and isinstance(why, str) and BUCKET_GONE in why and setting not in why:
-            return {**reply, "error": f"{why} (the bucket {setting} names: check the setting)"}
-        return reply
-
-    def after_reply(self) -> None:
-        """The work a reply left for after it was sent (packing), so no reply waits on it.
-
-        Its store requests are counted in ``metrics`` under the op that left it.
-        """
-        if self.service is not None and self.service.space.deferred:
-            from .runtime.metrics import op_scope
-
-            with op_scope(self.last_op):
-                self.service.space.run_deferred()
-
-    def answer(self, line: bytes) -> dict:
-        from .protocol.validate import SHOWN_MAX, RequestError, parse_request, shown
-        from .settings import SettingError
-
-        try:
-            request = parse_request(line)
-            service = self._service()
-        except (RequestError, SettingError) as exc:
-            from .runtime.metrics import REPLIES
-
-            REPLIES.inc("", "", "error")  # no store to name: a line that is no request, or a bad setting
-            return error(str(exc))  # each message already says what went wrong; nothing was done
-        op = request.get("op")
-        self.last_op = op if isinstance(op, str) and op in service.ops else ""
-        if not log.isEnabledFor(logging.DEBUG):
-            return self.named(service.answer(request))
-        before, start = service.space.store.requests, time.perf_counter()
-        reply = self.named(service.answer(request))
-        shown_op = op if isinstance(op, str) and len(op) <= SHOWN_MAX else shown(op)
-        requests, ms = service.space.store.requests - before, round((time.perf_counter() - start) * 1000, 2)
-        log.debug(
-            "op=%s reply=%s requests=%d ms=%.2f", shown_op, reply.get("reply"), requests, ms,
-            extra={"op": shown_op, "reply": reply.get("reply"), "requests": requests, "ms": ms},
-        )
-        return reply
-
-
-#: What both backends' refusal says of a bucket that does not exist (``StoreRefused``, s3.py and gcs.py).
-BUCKET_GONE = "the bucket does not exist"
-
-
-def open_failure(setting: str, exc: BaseException) -> str:
-    """Why the store could not be opened, as a reply: what to fix, never a folder or an endpoint.
-
-    Google's client finds no credentials at open (``DefaultCredentialsError``):
-    that names the credentials, not the URL, which is fine.
-    """
-    if type(exc).__name__ == "DefaultCredentialsError":
-        return (f"{setting} names a store that cannot be opened: no Google credentials found: set "
-                "GOOGLE_APPLICATION_CREDENTIALS to a service account's key file, or run with an attached one")
-    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
-    return f"{setting} names a store that cannot be opened: {why}"
 
 
 def configure_logging(name: str) -> None:
@@ -265,7 +155,7 @@ def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: TextIO | N
         # the terminal reaches its whole process group, us too: the program finishes what is under
         # way through us first (a fire's finish, a call in flight), so the SIGINT is its alone.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    answerer = Answerer(info)
+    answerer = Answerer(info.store)
     snapshots = None
     if os.environ.get("LNK_METRICS_DIR"):  # metrics (and its import) only when an exporter asks
         from .runtime.metrics import snapshot_writer

@@ -14,8 +14,8 @@ Why on top of ``Service``: the drivers' promises (every race settled once,
 every op whole, the words of every error) are kept by one implementation.
 Each method builds the request dict wire.md shows and sends it down the very
 path a ``serve`` process uses: the request is written as its JSON line and
-answered by the driver's ``Answerer`` (``parse_request``, then
-``Service.answer``), and the work a reply leaves for after it (packing
+answered by the drivers' ``Answerer`` (``protocol.answerer``: ``parse_request``,
+then ``Service.answer``), and the work a reply leaves for after it (packing
 events) runs after the reply is handed back, as ``serve`` does it.  So a
 request the API lets through is exactly a request line a driver could get,
 and it is refused with the same words.  The reply dict then becomes a typed
@@ -55,8 +55,9 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from ..errors import ClosedError, CloudstoreError, LocationError, RefusedError, from_reply
 
 if TYPE_CHECKING:
-    from ..driver import Answerer
+    from ..gate.store_gate import StoreGate
     from ..generations import Backend
+    from ..protocol.answerer import Answerer
     from ..settings import Location
 
 __all__ = [
@@ -447,13 +448,13 @@ class Engine:
         self._cond = threading.Condition()
         self._closed = False
         self._after = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cloudstore-after")
-        self._gate: Any = None  # store_gate.StoreGate, made with the first service
+        self._gate: StoreGate | None = None  # made with the first service
 
     def _make(self) -> Answerer:
         """A new answerer as a driver's first request makes one (``Answerer._service``), on our backend."""
-        from ..driver import BUCKET, GCS, Answerer
         from ..gate.store_gate import StoreGate
         from ..generations import RetryingStore, backend_label
+        from ..protocol.answerer import Answerer, setting_of
         from ..protocol.service import Service
         from ..store.space import Space
 
@@ -465,9 +466,7 @@ class Engine:
         store.gate = self._gate
         service = Service(Space(store, self.location.prefix))
         service.space.deferred = []  # packing and index drops wait until the reply is out, as in serve
-        answerer = Answerer(GCS if self.location.scheme == "gs" else BUCKET)
-        answerer.service = service
-        return answerer
+        return Answerer(setting_of(self.location.scheme), service=service)
 
     def _checkout(self) -> Answerer:
         with self._cond:
@@ -509,7 +508,7 @@ class Engine:
         handed_off = False
         try:
             reply: dict[str, Json] = answerer.answer(line)
-            if answerer.service.space.deferred:
+            if answerer.pending:
                 with self._cond:
                     self._finishing += 1
                 try:
@@ -535,8 +534,9 @@ class Engine:
                 self._cond.wait()
         self._after.shutdown(wait=True)
         for answerer in self._all:
-            answerer.service.space.pool.shutdown(wait=True)
-            answerer.service.space.beside.shutdown(wait=True)
+            if answerer.service is not None:
+                answerer.service.space.pool.shutdown(wait=True)
+                answerer.service.space.beside.shutdown(wait=True)
         if self._on_close is not None:
             self._on_close()
 

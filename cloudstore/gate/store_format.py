@@ -48,7 +48,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import __version__
+from .._version import __version__
 
 #: The object at the store's root holding the record.
 KEY = "_format"

@@ -23,8 +23,9 @@ from typing import Any
 
 from support import fresh_agent, location_of
 
-from cloudstore.driver import BUCKET, Answerer, encode_reply
 from cloudstore.generations import RetryingStore, RetryPolicy
+from cloudstore.protocol.answerer import BUCKET_SETTING as BUCKET
+from cloudstore.protocol.answerer import Answerer, encode_reply
 from cloudstore.protocol.service import Service
 from cloudstore.settings import open_backend
 from cloudstore.store.space import Space

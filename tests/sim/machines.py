@@ -34,8 +34,9 @@ import cloudstore.store.jobs as jobs
 import cloudstore.store.packing as packing
 import cloudstore.store.space as space_module
 from cloudstore.clock import StoreClock
-from cloudstore.driver import BUCKET, Answerer, encode_reply
 from cloudstore.generations import Backend, RetryingStore, RetryPolicy
+from cloudstore.protocol.answerer import BUCKET_SETTING as BUCKET
+from cloudstore.protocol.answerer import Answerer, encode_reply
 from cloudstore.protocol.service import Service
 from cloudstore.store.space import Space
 
