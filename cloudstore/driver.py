@@ -158,7 +158,7 @@ def run(info: DriverInfo, argv: list[str], stdin: Any = None, stdout: TextIO | N
     answerer = Answerer(info.store)
     snapshots = None
     if os.environ.get("LNK_METRICS_DIR"):  # metrics (and its import) only when an exporter asks
-        from .runtime.metrics import snapshot_writer
+        from .runtime.metrics.snapshots import snapshot_writer
 
         snapshots = snapshot_writer(info.name)
 

@@ -107,6 +107,7 @@ from collections.abc import Mapping, Sequence
 
 from .protocol.client import program_argv
 from .runtime import jsonlog, metrics
+from .runtime.metrics.http import Exporter, export
 from .scheduling.config import ConfigError, Settings, load
 from .scheduling.fire import FireCommand
 from .scheduling.log import log
@@ -279,11 +280,11 @@ def startup_check(settings: Settings, runner: Runner) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     # Lines of Python's logging (a module's warning) as JSON too, beside the events ``log`` writes itself.
     jsonlog.configure("lnk-cloud-scheduler", logging.WARNING, "%(message)s", json_format=True, capture_stderr=False)
-    exporter: metrics.Exporter | None = None
+    exporter: Exporter | None = None
     clients: list[Counted] = []
     try:
         settings = load(argv)
-        exporter = metrics.export(settings.metrics_port, settings.metrics_file)
+        exporter = export(settings.metrics_port, settings.metrics_file)
         reach = Reach()
         runner, clients = build(settings, exporter.driver_env if exporter is not None else None, reach)
         if exporter is not None:

@@ -29,6 +29,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import metrics_modules as metrics
 import pytest
 from faults.backend import Fault
 from faults.http_proxy import FaultProxy, Rule
@@ -39,7 +40,6 @@ from support import StoreUnderTest, fresh_agent, make_store, race, wait_for
 from cloudstore.bridge import SOCKET_NAME, BridgeClient
 from cloudstore.bridge.proof import new_key_hex
 from cloudstore.protocol.client import ServeProcess
-from cloudstore.runtime import metrics
 
 STORE_METRICS = ("lnk_store_requests_total", "lnk_store_retries_total", "lnk_store_outcome_unknown_total",
                  "lnk_store_cas_lost_total", "lnk_store_replies_total")
@@ -86,7 +86,9 @@ def test_exposition_format_escapes_and_parses_back() -> None:
 def _snapshot_in(folder: Path, program: str, counts: dict[str, int]) -> Path:
     """A snapshot written by a child process that then exits (a driver that ended)."""
     code = f"""
-from cloudstore.runtime import metrics
+import sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+import metrics_modules as metrics
 for op, n in {counts!r}.items():
     metrics.REQUESTS.inc("file", op, by=n)
 w = metrics.SnapshotWriter({str(folder)!r}, {program!r})

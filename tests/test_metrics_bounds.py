@@ -31,13 +31,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import metrics_modules as metrics
 import pytest
 from support import wait_for
 
 from cloudstore.bridge import SOCKET_NAME, BridgeClient
 from cloudstore.bridge.proof import new_key_hex
 from cloudstore.protocol.client import ServeProcess
-from cloudstore.runtime import metrics
 
 FD_LIMIT = 160  # as in the issue: small enough to reach with a few idle connections
 IDLE = 156  # as in the issue: more than the exporter's cap, and all but 4 of the fd limit

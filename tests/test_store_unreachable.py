@@ -31,7 +31,7 @@ from support import clean_env, wait_for
 
 from cloudstore.bridge.client import BridgeClient
 from cloudstore.bridge.proof import read_key_file
-from cloudstore.runtime import metrics
+from cloudstore.runtime.metrics import exposition as metrics
 from cloudstore.scheduling.log import read_events
 
 FIRE_RECORD = Path(__file__).parent / "scheduler" / "fire_record.py"

@@ -35,8 +35,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..protocol.client import env_pairs
-from ..runtime import jsonlog, metrics
+from ..runtime import jsonlog
 from ..runtime.config_schema import ConfigFileError, Field, ListOf, Nullable, Number, Obj, Str, load_config
+from ..runtime.metrics.http import Exporter, export
 from .limits import Limits
 from .proof import KeyFileError, read_key_file
 from .server import AgentSpec, StoreBridge
@@ -184,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     as_json = jsonlog.wants_json(args.log_format)
     jsonlog.configure("lnk-store-bridge", args.log_level, "lnk-store-bridge: %(levelname)s %(message)s", as_json)
     try:
-        exporter = metrics.export(args.metrics_port, args.metrics_file)
+        exporter = export(args.metrics_port, args.metrics_file)
     except ValueError as exc:
         parser.error(f"--metrics-port {exc}")
     try:
@@ -269,7 +270,7 @@ def start_error(exc: BaseException, socket_path: str) -> str:
     return str(exc)
 
 
-def _stopped(exporter: metrics.Exporter | None, code: int) -> int:
+def _stopped(exporter: Exporter | None, code: int) -> int:
     """Stop the metrics export (the file written a last time, after the drivers ended); ``code``."""
     if exporter is not None:
         exporter.stop()

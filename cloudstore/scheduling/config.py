@@ -101,7 +101,7 @@ def _blank_shell_line(line: str) -> str | None:
 
 
 def _listen(text: str) -> str | None:
-    from ..runtime.metrics import parse_listen
+    from ..runtime.metrics.http import parse_listen
 
     try:
         parse_listen(text)
