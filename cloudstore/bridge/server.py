@@ -365,10 +365,14 @@ class StoreBridge:
 
 @functools.cache
 def _ops() -> frozenset[str]:
-    """The ops the drivers of this project answer (their table, read once)."""
-    from ..protocol.service import Service
+    """The ops the drivers of this project answer (their table, ``service.OPS``, read once).
 
-    return frozenset(name[3:] for name in dir(Service) if name.startswith("op_"))
+    Imported on first use: the bridge answers no op itself, and needs the
+    table's names only, not the collections behind them at start.
+    """
+    from ..protocol.service import OPS
+
+    return frozenset(OPS)
 
 
 def _op_label(op: object) -> str:

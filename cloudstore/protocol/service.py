@@ -1,4 +1,12 @@
-"""One request in, one reply out: the table of ops, each validated before it acts.
+"""One request in, one reply out: the table of ops (``OPS``), each validated before it acts.
+
+Every op is declared once, in ``OPS`` at the foot of this module: its name,
+its family (conversations, leases, jobs, files, tools), whether only the
+scheduler's own driver answers it, and its handler, a ``Service`` method.
+``Service.ops`` (the dispatch), the bridge's metric labels and
+tests/test_op_table.py (the API's methods, the conformance families,
+docs/protocol.md) all read that one table, so a grep for an op's quoted name
+lands on its declaration.
 
 Every handler first reads all of its arguments through ``validate`` (which
 raises ``RequestError`` on any broken rule) and only then touches the store,
@@ -17,7 +25,9 @@ import logging
 import re
 import traceback
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
 
 from ..gate.store_gate import StoreGate
 from ..generations import StoreUnavailable
@@ -32,8 +42,6 @@ from . import validate as v
 
 Reply = dict[str, Any]
 
-#: Not in the wire protocol: answered only by a driver started with LNK_SCHEDULER_OPS=1 (the runner's own).
-SCHEDULER_OPS = ("job_due", "job_claim", "job_claims", "lease_take")
 DUE_LIMIT, DUE_LIMIT_MAX = 100, 1000  # job_due entries per reply: default, and one listing page at most
 UNKNOWN_WORDS = "outcome unknown: the change may or may not have been made"
 UNCHANGED_WORDS = "nothing was changed"
@@ -85,12 +93,10 @@ class Service:
         self.jobs = Jobs(space)
         self.files = Files(space)
         self.tools = Tools(space)
+        # The scheduler's ops name other agents' jobs and lease holders: only its own driver answers them.
         self.ops: dict[str, Callable[[dict, v.Agent], Reply]] = {
-            name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")
+            name: partial(op.handler, self) for name, op in OPS.items() if scheduler_ops or not op.scheduler_only
         }
-        if not scheduler_ops:  # job_due names other agents' jobs: only the scheduler's own driver answers it
-            for name in SCHEDULER_OPS:
-                del self.ops[name]
 
     def answer(self, request: dict) -> Reply:
         """The reply to ``request``; every failure becomes an error reply, never an exception.
@@ -324,3 +330,65 @@ class Service:
     def op_tools_narrow(self, req: dict, agent: v.Agent) -> Reply:
         thread, tools = v.string(req, "thread"), v.tools(req)
         return {"reply": "tools", "tools": self.tools.narrow(agent, thread, tools)}
+
+
+# -- the table: every op, declared once
+
+#: What an op is about; each family has its conformance family (tests/test_op_table.py) and its part
+#: of docs/protocol.md.
+Family = Literal["conversations", "leases", "jobs", "files", "tools"]
+Handler = Callable[[Service, dict, v.Agent], Reply]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One op: its handler (a ``Service`` method), its family, and who may call it.
+
+    ``scheduler_only``: not in the wire protocol; answered only by a driver
+    started with ``LNK_SCHEDULER_OPS=1`` (the scheduler's runner's own), any
+    other answering it as an unknown op (docs/protocol.md, "Extensions").
+    """
+
+    handler: Handler
+    family: Family
+    scheduler_only: bool = False
+
+
+#: Every op a driver of this project answers, by its name on the wire.
+OPS: dict[str, Op] = {
+    "append": Op(Service.op_append, "conversations"),
+    "read": Op(Service.op_read, "conversations"),
+    "last": Op(Service.op_last, "conversations"),
+    "threads": Op(Service.op_threads, "conversations"),
+    "remove": Op(Service.op_remove, "conversations"),
+
+    "take": Op(Service.op_take, "leases"),
+    "renew": Op(Service.op_renew, "leases"),
+    "end": Op(Service.op_end, "leases"),
+    "leases": Op(Service.op_leases, "leases"),
+    "lease_take": Op(Service.op_lease_take, "leases", scheduler_only=True),
+
+    "job_put": Op(Service.op_job_put, "jobs"),
+    "job_get": Op(Service.op_job_get, "jobs"),
+    "job_remove": Op(Service.op_job_remove, "jobs"),
+    "job_list": Op(Service.op_job_list, "jobs"),
+    "job_count": Op(Service.op_job_count, "jobs"),
+    "job_shift": Op(Service.op_job_shift, "jobs"),
+    "job_next": Op(Service.op_job_next, "jobs"),
+    "job_day": Op(Service.op_job_day, "jobs"),
+    "job_set_day": Op(Service.op_job_set_day, "jobs"),
+    "job_mark": Op(Service.op_job_mark, "jobs"),
+    "job_due": Op(Service.op_job_due, "jobs", scheduler_only=True),
+    "job_claims": Op(Service.op_job_claims, "jobs", scheduler_only=True),
+    "job_claim": Op(Service.op_job_claim, "jobs", scheduler_only=True),
+
+    "file_read": Op(Service.op_file_read, "files"),
+    "file_list": Op(Service.op_file_list, "files"),
+    "file_write": Op(Service.op_file_write, "files"),
+    "file_remove": Op(Service.op_file_remove, "files"),
+    "file_append": Op(Service.op_file_append, "files"),
+
+    "tools_read": Op(Service.op_tools_read, "tools"),
+    "tools_list": Op(Service.op_tools_list, "tools"),
+    "tools_narrow": Op(Service.op_tools_narrow, "tools"),
+}
