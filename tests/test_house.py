@@ -27,6 +27,12 @@ def test_no_arrow_runs_back_up_a_layer() -> None:
     assert house.upward(house.arrows()) == []
 
 
+def test_the_root_imports_nothing_but_its_version_when_imported() -> None:
+    """``lnk-gcs contract`` imports the root: the API and aio arrows run on first use only (PEP 562)."""
+    assert house.root_arrows() == set()
+    assert house.arrows()["cloudstore"] - {"cloudstore._version"} <= {t for _, t in house.LAZY_ROOT}
+
+
 def test_no_module_imports_a_programs_main() -> None:
     assert house.mains_imported(house.arrows()) == []
 
