@@ -417,7 +417,8 @@ class RetryingStore:
     an operation that fails can tell whether it may have changed something:
     any write since it began.  Requests, retries and throttled replies are
     also counted in ``metrics`` (by ``label``, the backend's kind, and the
-    wire op being answered), for the exporters.
+    wire op being answered), and each request's time observed there, for
+    the exporters.
     """
 
     def __init__(self, backend: Backend, policy: RetryPolicy = RetryPolicy(), die_at: int | None = None) -> None:
@@ -439,7 +440,12 @@ class RetryingStore:
             self.gate.require_write()
 
     def op_window(self) -> contextlib.AbstractContextManager[None]:
-        """One deadline (the policy's) for every retry inside: the service opens one around each op."""
+        """One deadline (the policy's) for every retry inside: the service opens one around each op.
+
+        Opening it names this store's backend to the op being answered
+        (``metrics.op_backend``), which is timed under it.
+        """
+        metrics.op_backend(self.label)
         return op_deadline(self.policy.deadline)
 
     # -- plumbing
@@ -451,6 +457,7 @@ class RetryingStore:
             if self.requests == self.die_at:
                 failpoint()
         metrics.REQUESTS.inc(self.label, metrics.current_op())
+        sent = time.perf_counter()
         try:
             result = fn()
         except (AlreadyExists, PreconditionFailed, NotFound, StoreRefused):
@@ -461,6 +468,8 @@ class RetryingStore:
         except BaseException:
             self._changed(is_write)  # it may have landed
             raise
+        finally:
+            metrics.REQUEST_SECONDS.observe(time.perf_counter() - sent, self.label, metrics.current_op())
         self._changed(is_write)
         return result
 

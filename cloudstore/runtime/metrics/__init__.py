@@ -7,15 +7,19 @@ so it stays small and cheap: a dict under a lock, the standard library only
 ``prometheus_client``, whose registry and multiprocess files are not what a
 driver needs (``snapshots`` says why).
 
-* **The registry** (``counter``, ``Counter.inc``): process-wide, thread-safe,
-  keyed by metric name and label values.  ``inc`` is a dict update under a
+* **The registry** (``counter``, ``Counter.inc``; ``histogram``,
+  ``Histogram.observe``): process-wide, thread-safe, keyed by metric name
+  and label values.  ``inc`` and ``observe`` are a dict update under a
   lock, cheap enough for every backend request.
 * **The store counters** (``REQUESTS``, ``RETRIES``, ``THROTTLED``,
-  ``OUTCOME_UNKNOWN``, ``CAS_LOST``, ``REPLIES``): what the drivers count,
+  ``OUTCOME_UNKNOWN``, ``CAS_LOST``, ``REPLIES``) and **latencies**
+  (``REQUEST_SECONDS``, ``OP_SECONDS``): what the drivers count and time,
   named and labelled once here.
 * **The op being answered** is kept in a context variable (``op_scope``),
   so the seam counts requests by op without being told; a request made
-  outside any op counts as op "".
+  outside any op counts as op "".  The scope also times the op
+  (``OP_SECONDS``), under the backend whose store opened the op's window
+  (``op_backend``).
 
 Its other modules each do one job, and only the processes that need them
 import them: ``snapshots`` carries a driver's counters to the exporter that
@@ -23,20 +27,33 @@ started it, ``exposition`` writes (and, for tests and tools, reads) the
 Prometheus text format, and ``http`` serves it on ``GET /metrics`` with
 bounded cost.
 
-Every counter is a ``*_total`` counter: Prometheus handles the reset when the
-exporter restarts (it starts a new folder).
+Every counter is a ``*_total`` counter, and a histogram's buckets, sum and
+count are counters too: Prometheus handles the reset when the exporter
+restarts (it starts a new folder).  Times are taken with
+``time.perf_counter``, never the wall clock.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 import re
 import threading
+import time
+from bisect import bisect_left
 from collections.abc import Iterator
 
 Labels = tuple[tuple[str, str], ...]  # (name, value) pairs, in the family's label order
 Samples = dict[Labels, float]
+
+#: The latency histograms' bucket bounds, in seconds (+Inf after them): a folder store answers a
+#: request in well under a millisecond, a bucket in tens to hundreds of milliseconds, a busy one
+#: in seconds; the seam stops retrying an op's requests at 20 s (``RetryPolicy.deadline``).
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0)
+
+_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
 class Family:
@@ -54,31 +71,102 @@ class Family:
         self.samples[labels] = self.samples.get(labels, 0) + value
 
 
+class Observed:
+    """One label set's observations of a histogram: how many fell in each bucket, and their sum.
+
+    ``counts[i]`` is the number of values at most ``bounds[i]`` and above the
+    bound before (not cumulative); the last is those above every bound (+Inf).
+    """
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self, counts: list[int], sum: float = 0.0) -> None:
+        self.counts = counts
+        self.sum = sum
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts)
+
+    def copy(self) -> Observed:
+        return Observed(list(self.counts), self.sum)
+
+
+class HistogramFamily:
+    """One histogram's name, help text, bucket bounds and series (what the exporter merges and renders)."""
+
+    __slots__ = ("name", "help", "bounds", "series")
+    kind = "histogram"
+
+    def __init__(self, name: str, help: str, bounds: tuple[float, ...],
+                 series: dict[Labels, Observed] | None = None) -> None:
+        self.name = name
+        self.help = help
+        self.bounds = bounds  # the buckets' upper bounds, increasing; +Inf is implied after them
+        self.series: dict[Labels, Observed] = series if series is not None else {}
+
+    def add(self, labels: Labels, observed: Observed) -> None:
+        """Add ``observed`` (of the same bounds) to the series of ``labels``."""
+        mine = self.series.get(labels)
+        if mine is None:
+            self.series[labels] = observed.copy()
+            return
+        mine.counts = [a + b for a, b in zip(mine.counts, observed.counts, strict=True)]
+        mine.sum += observed.sum
+
+
+#: What a registry, a snapshot or an exporter's extra families hold: counters and gauges, or histograms.
+AnyFamily = Family | HistogramFamily
+
+
 class Registry:
-    """The counters of one process.  ``generation`` grows with every change (snapshots skip when unchanged)."""
+    """The counters and histograms of one process.
+
+    ``generation`` grows with every change (snapshots skip when unchanged).
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.generation = 0
         self.counters: dict[str, Counter] = {}
+        self.histograms: dict[str, Histogram] = {}
 
     def counter(self, name: str, help: str, labels: tuple[str, ...] = ()) -> Counter:
         """The counter ``name``, made on first use; the same labels every time."""
         with self.lock:
             found = self.counters.get(name)
             if found is None:
+                if name in self.histograms:
+                    raise ValueError(f"metric {name} is a histogram")
                 found = self.counters[name] = Counter(self, name, help, labels)
             elif found.labels != labels:
                 raise ValueError(f"metric {name} has labels {found.labels}, not {labels}")
             return found
 
-    def families(self) -> dict[str, Family]:
-        """A copy of every counter, as families."""
+    def histogram(self, name: str, help: str, labels: tuple[str, ...] = (),
+                  bounds: tuple[float, ...] = ()) -> Histogram:
+        """The histogram ``name``, made on first use; the same labels and bounds every time."""
         with self.lock:
-            return {
+            found = self.histograms.get(name)
+            if found is None:
+                if name in self.counters:
+                    raise ValueError(f"metric {name} is a counter")
+                found = self.histograms[name] = Histogram(self, name, help, labels, bounds)
+            elif (found.labels, found.bounds) != (labels, bounds):
+                raise ValueError(f"metric {name} has labels {found.labels} and bounds {found.bounds}")
+            return found
+
+    def families(self) -> dict[str, AnyFamily]:
+        """A copy of every counter and histogram, as families."""
+        with self.lock:
+            out: dict[str, AnyFamily] = {
                 name: Family(name, c.help, {tuple(zip(c.labels, vals, strict=True)): n for vals, n in c.values.items()})
                 for name, c in self.counters.items()
             }
+            for name, h in self.histograms.items():
+                out[name] = HistogramFamily(name, h.help, h.bounds, {
+                    tuple(zip(h.labels, vals, strict=True)): seen.copy() for vals, seen in h.values.items()})
+            return out
 
 
 class Counter:
@@ -87,7 +175,7 @@ class Counter:
     __slots__ = ("registry", "name", "help", "labels", "values")
 
     def __init__(self, registry: Registry, name: str, help: str, labels: tuple[str, ...]) -> None:
-        if not re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", name):
+        if not _METRIC_NAME.fullmatch(name):
             raise ValueError(f"not a metric name: {name!r}")
         self.registry = registry
         self.name = name
@@ -115,12 +203,67 @@ class Counter:
             return self.values.get(label_values, 0)
 
 
+class Histogram:
+    """Observed values (seconds) in fixed buckets, with fixed label names; ``observe(value, *label_values)``.
+
+    Rendered as Prometheus renders a histogram: a cumulative ``_bucket``
+    sample per bound (``le``) and +Inf, ``_sum`` and ``_count``.
+    """
+
+    __slots__ = ("registry", "name", "help", "labels", "bounds", "values")
+
+    def __init__(self, registry: Registry, name: str, help: str, labels: tuple[str, ...],
+                 bounds: tuple[float, ...]) -> None:
+        if not _METRIC_NAME.fullmatch(name):
+            raise ValueError(f"not a metric name: {name!r}")
+        if "le" in labels:
+            raise ValueError("a histogram's label cannot be le (its buckets' own)")
+        if not bounds or any(not math.isfinite(b) for b in bounds) or list(bounds) != sorted(set(bounds)):
+            raise ValueError(f"a histogram's bounds must be finite and increasing, not {bounds}")
+        self.registry = registry
+        self.name = name
+        self.help = help
+        self.labels = labels
+        self.bounds = bounds
+        self.values: dict[tuple[str, ...], Observed] = {}
+
+    def observe(self, value: float, *label_values: str) -> None:
+        """Count ``value`` in its bucket (the first bound at least ``value``, else +Inf) and add it to the sum.
+
+        Label values come from a bounded set, as ``Counter.inc``'s do.
+        """
+        if len(label_values) != len(self.labels):
+            raise ValueError(f"{self.name} takes labels {self.labels}")
+        bucket = bisect_left(self.bounds, value)
+        registry = self.registry
+        with registry.lock:
+            seen = self.values.get(label_values)
+            if seen is None:
+                seen = self.values[label_values] = Observed([0] * (len(self.bounds) + 1))
+            seen.counts[bucket] += 1
+            seen.sum += value
+            registry.generation += 1
+
+    def value(self, *label_values: str) -> Observed:
+        """A copy of the observations so far (none when never observed): for tests and logs."""
+        with self.registry.lock:
+            seen = self.values.get(label_values)
+            return seen.copy() if seen is not None else Observed([0] * (len(self.bounds) + 1))
+
+
 REGISTRY = Registry()
 
 
 def counter(name: str, help: str, labels: tuple[str, ...] = ()) -> Counter:
     """A counter of this process's registry."""
     return REGISTRY.counter(name, help, labels)
+
+
+def histogram(name: str, help: str, labels: tuple[str, ...] = (),
+              bounds: tuple[float, ...] = ()) -> Histogram:
+    """A histogram of this process's registry (``bounds``: ``LATENCY_BUCKETS`` when not given)."""
+    return REGISTRY.histogram(name, help, labels, bounds or LATENCY_BUCKETS)
+
 
 
 # --------------------------------------------------------------------------
@@ -158,19 +301,70 @@ REPLIES = counter(
     ("backend", "op", "reply"),
 )
 
-_op: contextvars.ContextVar[str] = contextvars.ContextVar("lnk_metrics_op", default="")
+REQUEST_SECONDS = histogram(
+    "lnk_store_request_duration_seconds",
+    "Seconds each backend (bucket or folder) request took, from sent to answered or failed, by the wire op "
+    "being answered (op \"\" outside any op): one observation per request lnk_store_requests_total counts.",
+    ("backend", "op"),
+)
+OP_SECONDS = histogram(
+    "lnk_store_op_duration_seconds",
+    "Seconds each op took to answer, its retries included and the work a driver leaves for after its reply "
+    "left out: one observation per reply lnk_store_replies_total counts with a backend.",
+    ("backend", "op"),
+)
+
+
+class _Scope:
+    """The op being answered in one context, and the backend whose store opened its window (None: none did)."""
+
+    __slots__ = ("op", "backend")
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.backend: str | None = None
+
+
+_scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("lnk_metrics_op", default=None)
 
 
 def current_op() -> str:
     """The wire op this thread (or task) is answering, "" outside any."""
-    return _op.get()
+    scope = _scope.get()
+    return "" if scope is None else scope.op
 
 
 @contextlib.contextmanager
 def op_scope(op: str) -> Iterator[None]:
-    """Count what happens inside as done for ``op`` (a name from the table of ops, never raw input)."""
-    token = _op.set(op)
+    """Count what happens inside as done for ``op`` (a name from the table of ops, never raw input), and time it.
+
+    The time inside is observed in ``OP_SECONDS`` under ``op`` and the
+    backend a store named inside (``op_backend``): ``Service.answer`` wraps
+    each op in this scope, and the op's store opens the op's window inside
+    it, so every op answered is timed once, under the backend and op its
+    reply is counted under (``REPLIES``).  A scope in which no store opened
+    an op's window answered no op (a driver's packing after its reply runs
+    in its op's scope, so that its requests count for that op) and is not
+    timed.
+    """
+    scope = _Scope(op)
+    token = _scope.set(scope)
+    start = time.perf_counter()
     try:
         yield
     finally:
-        _op.reset(token)
+        _scope.reset(token)
+        if scope.backend is not None:
+            OP_SECONDS.observe(time.perf_counter() - start, scope.backend, op)
+
+
+def op_backend(backend: str) -> None:
+    """Name the backend answering the op of this context, for its time (``op_scope``); the first named is kept.
+
+    Called by the seam as the service opens each op's window
+    (``RetryingStore.op_window``), with the store's label: the backend its
+    reply is counted under.  Outside any op, nothing.
+    """
+    scope = _scope.get()
+    if scope is not None and scope.backend is None:
+        scope.backend = backend

@@ -16,10 +16,11 @@ processes are this package's own (``Family``) either way.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 
-from . import Family, Labels
+from . import AnyFamily, HistogramFamily, Labels
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -36,17 +37,39 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def render(families: Mapping[str, Family]) -> str:
-    """Every family as ``# HELP`` / ``# TYPE`` lines and one line a sample, sorted (stable for diffs and tests)."""
+def _le(bound: float) -> str:
+    """A bucket's bound as Prometheus's clients write ``le`` (Go's float format): ``0.005``, ``1.0``, ``+Inf``."""
+    return "+Inf" if math.isinf(bound) else repr(float(bound))
+
+
+def _sample(name: str, labels: Labels, value: float) -> str:
+    shown = ",".join(f'{k}="{_escape_value(v)}"' for k, v in labels)
+    return f"{name}{{{shown}}} {_number(value)}" if labels else f"{name} {_number(value)}"
+
+
+def render(families: Mapping[str, AnyFamily]) -> str:
+    """Every family as ``# HELP`` / ``# TYPE`` lines and one line a sample, sorted (stable for diffs and tests).
+
+    A histogram's series are written as Prometheus writes them: one
+    ``_bucket`` sample per bound, cumulative, ``le`` last and ``+Inf`` at
+    the end, then ``_sum`` and ``_count``.
+    """
     lines: list[str] = []
     for name in sorted(families):
         fam = families[name]
         lines.append(f"# HELP {name} {_escape_help(fam.help)}")
         lines.append(f"# TYPE {name} {fam.kind}")
+        if isinstance(fam, HistogramFamily):
+            for labels in sorted(fam.series):
+                seen, below = fam.series[labels], 0
+                for bound, n in zip((*fam.bounds, math.inf), seen.counts, strict=True):
+                    below += n
+                    lines.append(_sample(f"{name}_bucket", (*labels, ("le", _le(bound))), below))
+                lines.append(_sample(f"{name}_sum", labels, seen.sum))
+                lines.append(_sample(f"{name}_count", labels, below))
+            continue
         for labels in sorted(fam.samples):
-            shown = ",".join(f'{k}="{_escape_value(v)}"' for k, v in labels)
-            lines.append(f"{name}{{{shown}}} {_number(fam.samples[labels])}" if labels
-                         else f"{name} {_number(fam.samples[labels])}")
+            lines.append(_sample(name, labels, fam.samples[labels]))
     return "\n".join(lines) + "\n" if lines else ""
 
 

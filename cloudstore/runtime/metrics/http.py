@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from . import Family
+from . import AnyFamily
 from .exposition import CONTENT_TYPE
 from .snapshots import METRICS_DIR, Collector, write_atomically
 
@@ -171,7 +171,7 @@ class Exporter:
 
 
 def export(listen: str | int | None, file: str | None, interval: float = 5.0,
-           extra: Callable[[], Mapping[str, Family]] | None = None) -> Exporter | None:
+           extra: Callable[[], Mapping[str, AnyFamily]] | None = None) -> Exporter | None:
     """The exporter a program's ``--metrics-port`` / ``--metrics-file`` ask for (None when neither), not started.
 
     Its drivers' snapshots go to a new private folder (mode 0700), removed at

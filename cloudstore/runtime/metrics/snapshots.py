@@ -10,7 +10,16 @@ keeps a reused pid from overwriting a dead process's file.
 The exporter (``Collector``) sums its own registry and every snapshot in
 its folder.  Snapshots of processes that have exited are folded into one
 ``archive.json`` there (and removed), so the folder stays small and the sums
-never go down while the exporter lives.
+never go down while the exporter lives.  A histogram is carried and folded
+as its counters are: each bucket's count, the sum and (their total) the
+count add up across processes, so the exporter's histogram is the one all
+its drivers would have made together.
+
+The file is ``{"families": {name: {"help", "samples": [[labels, n], ...]}},
+"histograms": {name: {"help", "bounds", "samples": [[labels, counts,
+sum], ...]}}}``; a reader of a release before histograms reads the
+counters and passes over ``histograms``, and this one reads a snapshot
+without it.
 
 Why not ``prometheus_client``'s multiprocess mode: it keeps each process's
 values in mmap files under ``PROMETHEUS_MULTIPROC_DIR``, which must be set
@@ -32,7 +41,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import REGISTRY, Family, Registry
+from . import REGISTRY, AnyFamily, Family, HistogramFamily, Observed, Registry
 from .exposition import render
 
 log = logging.getLogger("cloudstore.runtime.metrics")
@@ -44,27 +53,53 @@ ARCHIVE = "archive.json"
 
 def snapshot_json(registry: Registry = REGISTRY) -> dict[str, Any]:
     """The registry as the JSON a snapshot file holds."""
-    return {"families": _families_json(registry.families())}
+    return _families_json(registry.families())
 
 
-def _families_json(families: Mapping[str, Family]) -> dict[str, Any]:
-    return {
-        f.name: {"help": f.help, "samples": [[dict(labels), n] for labels, n in f.samples.items()]}
-        for f in families.values()
-    }
+def _families_json(families: Mapping[str, AnyFamily]) -> dict[str, Any]:
+    """Families as a snapshot (or the archive) holds them: counters under ``families``, histograms apart."""
+    counters, histograms = {}, {}
+    for f in families.values():
+        if isinstance(f, HistogramFamily):
+            histograms[f.name] = {"help": f.help, "bounds": list(f.bounds), "samples": [
+                [dict(labels), seen.counts, seen.sum] for labels, seen in f.series.items()]}
+        else:
+            counters[f.name] = {"help": f.help, "samples": [[dict(labels), n] for labels, n in f.samples.items()]}
+    return {"families": counters, "histograms": histograms}
 
 
-def _families_from_json(value: Any) -> dict[str, Family]:
+def _number(n: Any) -> bool:
+    return isinstance(n, int | float) and not isinstance(n, bool)
+
+
+def _families_from_json(value: Any) -> dict[str, AnyFamily]:
     """The families a snapshot or archive holds; ValueError when it is not one."""
-    out: dict[str, Family] = {}
+    out: dict[str, AnyFamily] = {}
     if not isinstance(value, dict) or not isinstance(value.get("families"), dict):
         raise ValueError("not a metrics snapshot")
     for name, fam in value["families"].items():
-        family = out[name] = Family(name, str(fam.get("help", "")))
+        family = Family(name, str(fam.get("help", "")))
+        out[name] = family
         for labels, n in fam["samples"]:
-            if not isinstance(labels, dict) or not isinstance(n, int | float) or isinstance(n, bool):
+            if not isinstance(labels, dict) or not _number(n):
                 raise ValueError(f"a sample of {name} is malformed")
             family.add(tuple((str(k), str(v)) for k, v in labels.items()), n)
+    histograms = value.get("histograms", {})  # absent from the snapshots of a release before histograms
+    if not isinstance(histograms, dict):
+        raise ValueError("not a metrics snapshot")
+    for name, fam in histograms.items():
+        bounds = fam["bounds"]
+        if name in out or not isinstance(bounds, list) or not bounds or not all(map(_number, bounds)) \
+                or bounds != sorted(set(bounds)):
+            raise ValueError(f"the histogram {name} is malformed")
+        hist = HistogramFamily(name, str(fam.get("help", "")), tuple(float(b) for b in bounds))
+        out[name] = hist
+        for labels, counts, total in fam["samples"]:
+            if not isinstance(labels, dict) or not isinstance(counts, list) or len(counts) != len(bounds) + 1 \
+                    or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts) \
+                    or not _number(total):
+                raise ValueError(f"a sample of {name} is malformed")
+            hist.add(tuple((str(k), str(v)) for k, v in labels.items()), Observed(counts, float(total)))
     return out
 
 
@@ -124,11 +159,35 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def merge(into: dict[str, Family], more: Mapping[str, Family]) -> None:
+_unmerged: set[str] = set()  # names already logged as not merged
+
+
+def merge(into: dict[str, AnyFamily], more: Mapping[str, AnyFamily]) -> None:
+    """Add ``more``'s samples to ``into``'s, family by family (a histogram's buckets, sum and count alike).
+
+    A histogram whose bounds differ from those ``into`` holds under its name
+    (a driver of another release), or a name that is a histogram on one side
+    only, cannot be added up: it is left out, and logged once.
+    """
     for name, fam in more.items():
-        target = into.setdefault(name, Family(name, fam.help, kind=fam.kind))
-        for labels, n in fam.samples.items():
-            target.add(labels, n)
+        target = into.get(name)
+        if isinstance(fam, HistogramFamily):
+            if target is None:
+                target = into[name] = HistogramFamily(name, fam.help, fam.bounds)
+            if isinstance(target, HistogramFamily) and target.bounds == fam.bounds:
+                for labels, seen in fam.series.items():
+                    target.add(labels, seen)
+                continue
+        else:
+            if target is None:
+                target = into[name] = Family(name, fam.help, kind=fam.kind)
+            if isinstance(target, Family):
+                for labels, n in fam.samples.items():
+                    target.add(labels, n)
+                continue
+        if name not in _unmerged:
+            _unmerged.add(name)
+            log.warning("metrics: %s differs between processes (kind or buckets); one of them is left out", name)
 
 
 class Collector:
@@ -140,14 +199,18 @@ class Collector:
     """
 
     def __init__(self, folder: str | None, registry: Registry = REGISTRY,
-                 extra: Callable[[], Mapping[str, Family]] | None = None) -> None:
+                 extra: Callable[[], Mapping[str, AnyFamily]] | None = None,
+                 process: Callable[[], Mapping[str, AnyFamily]] | None = None) -> None:
         self.folder = folder
         self.registry = registry
-        self.extra = extra
+        self.extra = extra  # the program's families made per scrape (the scheduler's requests and reach)
+        self.process = process  # what describes the exporting process itself (process.py), made per scrape
         self._lock = threading.Lock()
 
-    def families(self) -> dict[str, Family]:
+    def families(self) -> dict[str, AnyFamily]:
         out = self.registry.families()
+        if self.process is not None:
+            merge(out, self.process())
         if self.extra is not None:
             merge(out, self.extra())
         if self.folder is not None:
@@ -158,7 +221,7 @@ class Collector:
     def render(self) -> str:
         return render(self.families())
 
-    def _folder(self) -> dict[str, Family]:
+    def _folder(self) -> dict[str, AnyFamily]:
         assert self.folder is not None
         archive_path = os.path.join(self.folder, ARCHIVE)
         archive, folded = self._read_archive(archive_path)
@@ -170,7 +233,7 @@ class Collector:
         present = set(names)
         changed = not folded <= present  # names folded and since removed: forget them
         folded &= present
-        live: dict[str, Family] = {}
+        live: dict[str, AnyFamily] = {}
         for name in names:
             match = _SNAPSHOT_NAME.match(name)
             if match is None:
@@ -197,7 +260,7 @@ class Collector:
         if changed:
             try:
                 write_atomically(archive_path, json.dumps(
-                    {**{"families": _families_json(archive)}, "folded": sorted(folded)}, separators=(",", ":")))
+                    {**_families_json(archive), "folded": sorted(folded)}, separators=(",", ":")))
             except OSError as exc:
                 log.warning("cannot write %s: %s", archive_path, exc)
                 merge(archive, live)
@@ -208,7 +271,7 @@ class Collector:
         return archive
 
     @staticmethod
-    def _read_archive(path: str) -> tuple[dict[str, Family], set[str]]:
+    def _read_archive(path: str) -> tuple[dict[str, AnyFamily], set[str]]:
         try:
             with open(path, encoding="utf-8") as f:
                 value = json.load(f)
