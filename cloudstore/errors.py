@@ -6,7 +6,11 @@ request refused for breaking a rule changed nothing; a store that kept failing
 either certainly changed nothing (``nothing was changed``) or may have
 (``outcome unknown``).  The API turns each such reply into one exception, of
 a class that carries that meaning, so a program can decide by ``except``
-clause instead of by reading words:
+clause instead of by reading words.  It does not read them either: in
+process the service knows which it is by the type of what failed, and hands
+that kind (``ErrorKind``) beside the reply (``protocol.service.Answered``);
+the API raises the kind's class (``error_of``).  ``from_reply`` reads the
+words, for a caller that holds only a reply from another process:
 
 * ``RefusedError``        the request broke a rule of wire.md (bad input); nothing changed.
 * ``FailedError``         the store failed, refused the request (a 4xx, a throttle that outlasted
@@ -20,7 +24,7 @@ failure the API raises, and every exception class of this project's own
 (the seam, the settings, the request rules, the bridge, the conformance
 suite...).  A class that was also something else before keeps that base
 where code catches by it (a ``ValueError`` stays one).  This module imports
-nothing so that any module can.
+nothing of the project (``typing`` only) so that any module can.
 
 ``message`` and ``op`` are set on every one of them (``op`` only where the
 API knows it); ``changed`` says what the failure means for the store:
@@ -38,11 +42,12 @@ The tree (module names below ``cloudstore``)::
      ├── errors.OutcomeUnknownError                      the store failed; a write may have landed
      ├── errors.LocationError (ValueError)               open() named no store it can open
      ├── errors.ClosedError                              the store was closed before the call
-     ├── validate.RequestError                           a request breaks a rule (the driver's check)
-     ├── strict_json.StrictJSONError (ValueError)        a line or file is not strict JSON
+     ├── store.model.RequestError                        a request breaks a rule (the driver's check;
+     │                                                   re-exported by protocol.validate)
+     ├── runtime.strict_json.StrictJSONError (ValueError) a line or file is not strict JSON
      ├── errors.SettingError                             a driver setting is missing or malformed
-     ├── config_schema.ConfigFileError (ValueError)      a config file cannot be used
-     │    └── config_schema.SchemaError                  a value breaks the schema
+     ├── runtime.config_schema.ConfigFileError (ValueError) a config file cannot be used
+     │    └── runtime.config_schema.SchemaError          a value breaks the schema
      ├── generations.StoreError                          the seam's errors
      │    ├── generations.AlreadyExists                  Create() found an object
      │    ├── generations.PreconditionFailed             Update(version) found another version
@@ -51,9 +56,9 @@ The tree (module names below ``cloudstore``)::
      │    │    └── generations.Throttled                 refused for the rate (429, SlowDown): retried to the deadline
      │    └── generations.StoreUnavailable               retries spent, or a write's fate unknown
      │         └── generations.StoreRefused              a 4xx refusal (400, 403, 413...): nothing was changed
-     ├── space.Contention                                a compare-and-set lost every round
-     ├── client.DriverError                              a driver program did not answer one reply line
-     ├── racing.RaceError                                racers failed to get ready or to call
+     ├── store.space.Contention                          a compare-and-set lost every round
+     ├── protocol.client.DriverError                     a driver program did not answer one reply line
+     ├── conformance.racing.RaceError                    racers failed to get ready or to call
      ├── bridge.proof.KeyFileError                       an agent's key file is unsafe or malformed
      ├── bridge.listener.SocketInUse                     something else holds the bridge's socket path
      ├── bridge.limits.Busy                              a limit of the bridge is reached
@@ -76,6 +81,13 @@ Not yet under it (modules another change owns): the scheduler's
 """
 
 from __future__ import annotations
+
+from typing import Literal
+
+#: What an error reply means for the caller's data, known in process by the type of what failed
+#: (``protocol.service.Answered``): ``refused`` the request broke a rule, nothing ran; ``failed`` the store
+#: failed or refused, certainly nothing was changed; ``unknown`` a write of the op may have landed.
+ErrorKind = Literal["refused", "failed", "unknown"]
 
 #: The words a driver's error reply carries when a write of the op may have landed (service.py ``_outcome``).
 OUTCOME_UNKNOWN_WORDS = "outcome unknown"
@@ -146,13 +158,34 @@ class SettingError(CloudstoreError):
     credentials) and ``settings`` imports the backends: kept there it made a cycle."""
 
 
-def from_reply(op: str | None, message: str) -> CloudstoreError:
-    """The exception for a driver's error reply, judged by the words the driver puts in it.
+#: The API's exception class of each kind.
+KIND_ERRORS: dict[ErrorKind, type[CloudstoreError]] = {
+    "refused": RefusedError, "failed": FailedError, "unknown": OutcomeUnknownError,
+}
 
-    service.py's ``Service.answer`` ends the message of every failure that is
-    not a refusal with what it means for the store: ``outcome unknown`` (a
-    write may have landed) or ``nothing was changed``.  A message with
-    neither is a refused request (validate.py's ``RequestError``): nothing ran.
+
+def error_of(kind: ErrorKind, op: str | None, message: str) -> CloudstoreError:
+    """The exception for an error reply whose kind the service gave beside it: by type, never by its words.
+
+    ``message`` is the reply's error text, byte for byte.  This is what the
+    Python API raises (``api.Call.result``, for both flavours).
+    """
+    return KIND_ERRORS[kind](message, op)
+
+
+def from_reply(op: str | None, message: str) -> CloudstoreError:
+    """The exception for an error reply read off the wire, judged by the words the driver puts in it.
+
+    Only for a caller that holds a reply and nothing else (one from a driver
+    program, through the bridge); in process, use the kind the service gave
+    (``error_of``).  service.py's ``Service.answer`` ends the message of
+    every failure that is not a refusal with what it means for the store:
+    ``outcome unknown`` (a write may have landed) or ``nothing was changed``.
+    A message with neither is a refused request (``RequestError``): nothing
+    ran.  Words are all a wire reply carries, so a refusal whose text ends
+    with those words too (conversations.py's read of more than
+    ``READ_SPAN_MAX`` events) is judged a failure here; ``error_of`` knows
+    it for the refusal it is.
     """
     if OUTCOME_UNKNOWN_WORDS in message:
         return OutcomeUnknownError(message, op)

@@ -52,12 +52,13 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from ..errors import ClosedError, CloudstoreError, LocationError, RefusedError, from_reply
+from ..errors import ClosedError, CloudstoreError, ErrorKind, LocationError, RefusedError, error_of
 
 if TYPE_CHECKING:
     from ..gate.store_gate import StoreGate
     from ..generations import Backend
     from ..protocol.answerer import Answerer
+    from ..protocol.service import Answered
     from ..settings import Location
 
 __all__ = [
@@ -184,10 +185,17 @@ class Call(Generic[T]):
     args: dict[str, Json]
     parse: Callable[[dict[str, Json]], T]
 
-    def result(self, reply: dict[str, Json]) -> T:
-        """The value of ``reply``: an error reply raised as its exception, any other parsed."""
-        if reply.get("reply") == "error":
-            raise from_reply(self.op, str(reply.get("error", "")))
+    def result(self, reply: dict[str, Json], kind: ErrorKind | None) -> T:
+        """The value of ``reply``: an error reply raised as its ``kind``'s exception, any other parsed.
+
+        ``kind`` is what the service knew of the failure (``service.Answered``):
+        the class is chosen by it, never by the reply's words.
+        """
+        if kind is not None:
+            raise error_of(kind, self.op, str(reply.get("error", "")))
+        if reply.get("reply") == "error":  # every error the service answers has its kind: a bug, not the caller's
+            raise CloudstoreError(f"an error reply to {self.op} came without its kind: {reply.get('error')!r}",
+                                  self.op)
         try:
             return self.parse(reply)
         except (KeyError, TypeError, ValueError) as exc:  # a reply wire.md does not show: a bug, not the caller's
@@ -500,14 +508,19 @@ class Engine:
     def answer(self, call: Call[T], agent: Mapping[str, Json]) -> T:
         """Send ``call`` for ``agent`` down the driver's path; its value, or its error raised."""
         line = encode({"op": call.op, "agent": agent, **call.args})
-        return call.result(self.reply(line))
+        answered = self.answered(line)
+        return call.result(answered.reply, answered.kind)
 
     def reply(self, line: bytes) -> dict[str, Json]:
         """The reply dict a ``serve`` process would write for request ``line``."""
+        return self.answered(line).reply
+
+    def answered(self, line: bytes) -> Answered:
+        """The reply a ``serve`` process would write for request ``line``, with its kind when an error."""
         answerer = self._checkout()
         handed_off = False
         try:
-            reply: dict[str, Json] = answerer.answer(line)
+            answered = answerer.answered(line)
             if answerer.pending:
                 with self._cond:
                     self._finishing += 1
@@ -521,7 +534,7 @@ class Engine:
         finally:
             if not handed_off:
                 self._release(answerer)
-        return reply
+        return answered
 
     def close(self) -> None:
         """Refuse new calls, wait for the calls under way and their after-work, then free the SDK client."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .service import Service
+    from .service import Answered, Service
 
 log = logging.getLogger("cloudstore")
 
@@ -149,7 +149,19 @@ class Answerer:
                 self.service.space.run_deferred()
 
     def answer(self, line: bytes) -> dict[str, Any]:
+        """The reply to request ``line``, as a driver writes it (``answered``'s, without its kind)."""
+        return self.answered(line).reply
+
+    def answered(self, line: bytes) -> Answered:
+        """The reply to request ``line`` and, for an error, its kind (``service.Answered``).
+
+        The driver writes the reply alone; the Python API raises the kind's
+        class.  A line that is no request and a setting that opens no store
+        are refusals (as the API has always raised them): nothing was asked
+        of a store.
+        """
         from ..settings import SettingError
+        from .service import Answered
         from .validate import SHOWN_MAX, RequestError, parse_request, shown
 
         try:
@@ -159,17 +171,20 @@ class Answerer:
             from ..runtime.metrics import REPLIES
 
             REPLIES.inc("", "", "error")  # no store to name: a line that is no request, or a bad setting
-            return error(str(exc))  # each message already says what went wrong; nothing was done
+            return Answered(error(str(exc)), "refused")  # each message already says what went wrong
         op = request.get("op")
         self.last_op = op if isinstance(op, str) and op in service.ops else ""
         if not log.isEnabledFor(logging.DEBUG):
-            return self.named(service.answer(request))
+            answered = service.answered(request)
+            return answered.but(self.named(answered.reply))
         before, start = service.space.store.requests, time.perf_counter()
-        reply = self.named(service.answer(request))
+        answered = service.answered(request)
+        answered = answered.but(self.named(answered.reply))
+        reply = answered.reply
         shown_op = op if isinstance(op, str) and len(op) <= SHOWN_MAX else shown(op)
         requests, ms = service.space.store.requests - before, round((time.perf_counter() - start) * 1000, 2)
         log.debug(
             "op=%s reply=%s requests=%d ms=%.2f", shown_op, reply.get("reply"), requests, ms,
             extra={"op": shown_op, "reply": reply.get("reply"), "requests": requests, "ms": ms},
         )
-        return reply
+        return answered

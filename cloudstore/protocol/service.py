@@ -13,7 +13,10 @@ raises ``RequestError`` on any broken rule) and only then touches the store,
 so a refused request changes nothing.
 
 ``answer`` turns every failure into an error reply that says whether the
-operation may have changed anything.  That is a property of the whole
+operation may have changed anything; ``answered`` gives the same reply with
+its kind (``Answered``: refused, failed or unknown), known here by the
+exception's type, so the Python API raises its error class without reading
+the reply's words.  That is a property of the whole
 operation, not of the request that failed last: an op whose first write
 landed and whose second request then failed says ``outcome unknown``, even
 if the failing request was a read.
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
+from ..errors import ErrorKind
 from ..gate.store_gate import StoreGate
 from ..generations import StoreUnavailable
 from ..runtime import metrics
@@ -53,9 +57,34 @@ def error(why: str) -> Reply:
     return {"reply": "error", "error": why}
 
 
+@dataclass(frozen=True)
+class Answered:
+    """A reply, and for an error reply its kind: what the service knew of the failure when it answered.
+
+    ``kind`` is None for every reply but an error; for an error ``refused``
+    (the request broke a rule: nothing ran), ``failed`` (the store failed or
+    refused, and certainly nothing was changed) or ``unknown`` (a write of the
+    op may have landed: the reply says ``outcome unknown``).  The driver writes
+    the reply alone, so the wire carries the words only; the Python API maps
+    the kind to its exception class (``errors.error_of``).
+    """
+
+    reply: Reply
+    kind: ErrorKind | None = None
+
+    def but(self, reply: Reply) -> Answered:
+        """The same answer with its reply reworded (the kind stays)."""
+        return Answered(reply, self.kind)
+
+
 def _outcome(unknown: bool) -> str:
     """What an error says of the op's effect: whether any write of it landed or may have."""
     return UNKNOWN_WORDS if unknown else UNCHANGED_WORDS
+
+
+def _kind(unknown: bool) -> ErrorKind:
+    """A store failure's kind: ``unknown`` when a write of the op landed or may have, else ``failed``."""
+    return "unknown" if unknown else "failed"
 
 
 _HOST_PATH = re.compile(r"""(['"])/[^'"]*\1""")
@@ -99,7 +128,11 @@ class Service:
         }
 
     def answer(self, request: dict) -> Reply:
-        """The reply to ``request``; every failure becomes an error reply, never an exception.
+        """The reply to ``request`` (``answered``'s, without its kind)."""
+        return self.answered(request).reply
+
+    def answered(self, request: dict) -> Answered:
+        """The reply to ``request`` and its kind; every failure becomes an error reply, never an exception.
 
         An error names what went wrong and, unless the request was refused
         before it acted, whether anything may have changed: any write that
@@ -113,14 +146,16 @@ class Service:
         name = op if isinstance(op, str) and op in self.ops else ""
         backend = self.space.store.label
         with metrics.op_scope(name):
-            reply, unknown = self._answer(request)
-        metrics.REPLIES.inc(backend, name, str(reply.get("reply")))
-        if unknown:
+            answered = self._answer(request)
+        metrics.REPLIES.inc(backend, name, str(answered.reply.get("reply")))
+        if answered.kind == "unknown":
             metrics.OUTCOME_UNKNOWN.inc(backend, name)
-        return reply
+        return answered
 
-    def _answer(self, request: dict) -> tuple[Reply, bool]:
-        """``answer``'s reply, and whether it is an error saying ``outcome unknown``."""
+    def _answer(self, request: dict) -> Answered:
+        """``answered``'s reply and kind, by the type of what failed: a ``RequestError`` is a refusal;
+        any other failure says ``outcome unknown`` when a write of the op may have landed, else that
+        nothing was changed."""
         store = self.space.store
         before = store.writes
         gate = store.gate if isinstance(store.gate, StoreGate) else None
@@ -136,18 +171,19 @@ class Service:
                     raise
                 if gate is not None:
                     gate.require_read()  # a store this release must not read answers no read
-                return reply, False
+                return Answered(reply)
         except v.RequestError as exc:
-            return error(str(exc)), False
+            return Answered(error(str(exc)), "refused")
         except (StoreUnavailable, Contention) as exc:
             if getattr(exc, "outcome_unknown", False):
-                return error(str(exc)), True  # a write's fate unknown: its message already says so
+                return Answered(error(str(exc)), "unknown")  # a write's fate unknown: its message already says so
             unknown = store.writes > before
-            return error(f"{exc}; {_outcome(unknown)}"), unknown
+            return Answered(error(f"{exc}; {_outcome(unknown)}"), _kind(unknown))
         except Exception as exc:  # noqa: BLE001 - any failure is this request's error reply
             log.error("request failed:\n%s", traceback.format_exc())
             unknown = store.writes > before
-            return error(f"internal error ({_described(exc, store.label)}); {_outcome(unknown)}"), unknown
+            return Answered(error(f"internal error ({_described(exc, store.label)}); {_outcome(unknown)}"),
+                            _kind(unknown))
 
     def handle(self, request: dict) -> Reply:
         op = request.get("op")
