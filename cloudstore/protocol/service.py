@@ -13,13 +13,13 @@ raises ``RequestError`` on any broken rule) and only then touches the store,
 so a refused request changes nothing.
 
 ``answer`` turns every failure into an error reply that says whether the
-operation may have changed anything; ``answered`` gives the same reply with
-its kind (``Answered``: refused, failed or unknown), known here by the
-exception's type, so the Python API raises its error class without reading
-the reply's words.  That is a property of the whole
+operation may have changed anything.  That is a property of the whole
 operation, not of the request that failed last: an op whose first write
 landed and whose second request then failed says ``outcome unknown``, even
-if the failing request was a read.
+if the failing request was a read.  ``answered`` gives the same reply with
+its kind (``Answered``: refused, failed or unknown), known here by the
+exception's type, so the Python API raises its error class without reading
+the reply's words.
 """
 
 from __future__ import annotations
