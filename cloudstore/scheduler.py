@@ -105,9 +105,11 @@ import sys
 import threading
 from collections.abc import Mapping, Sequence
 
+from .gate.store_format import FORMAT, READS_FROM
 from .protocol.client import program_argv
 from .runtime import jsonlog, metrics
 from .runtime.metrics.http import Exporter, export
+from .runtime.metrics.process import ProcessMetrics
 from .scheduling.config import ConfigError, Settings, load
 from .scheduling.fire import FireCommand
 from .scheduling.log import log
@@ -284,7 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     clients: list[Counted] = []
     try:
         settings = load(argv)
-        exporter = export(settings.metrics_port, settings.metrics_file)
+        exporter = export(settings.metrics_port, settings.metrics_file,
+                          process=ProcessMetrics(FORMAT, READS_FROM))
         reach = Reach()
         runner, clients = build(settings, exporter.driver_env if exporter is not None else None, reach)
         if exporter is not None:

@@ -34,10 +34,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from ..gate.store_format import FORMAT, READS_FROM
 from ..protocol.client import env_pairs
 from ..runtime import jsonlog
 from ..runtime.config_schema import ConfigFileError, Field, ListOf, Nullable, Number, Obj, Str, load_config
 from ..runtime.metrics.http import Exporter, export
+from ..runtime.metrics.process import ProcessMetrics
 from .limits import Limits
 from .proof import KeyFileError, read_key_file
 from .server import AgentSpec, StoreBridge
@@ -185,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     as_json = jsonlog.wants_json(args.log_format)
     jsonlog.configure("lnk-store-bridge", args.log_level, "lnk-store-bridge: %(levelname)s %(message)s", as_json)
     try:
-        exporter = export(args.metrics_port, args.metrics_file)
+        exporter = export(args.metrics_port, args.metrics_file, process=ProcessMetrics(FORMAT, READS_FROM))
     except ValueError as exc:
         parser.error(f"--metrics-port {exc}")
     try:

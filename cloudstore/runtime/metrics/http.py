@@ -3,7 +3,9 @@
 ``Exporter`` serves a ``Collector``'s text on ``GET /metrics`` and / or
 rewrites it to a file; ``export`` makes the one a program's
 ``--metrics-port`` / ``--metrics-file`` ask for.  The server knows nothing
-of counters: it calls a render function per scrape.
+of counters: it calls a render function per scrape.  It imports no
+``prometheus_client`` either: the program hands ``export`` what the
+process says of itself (``process.ProcessMetrics``).
 
 Why not ``prometheus_client``'s ``start_http_server``: it is
 ``ThreadingWSGIServer`` (``http.server`` with a thread per connection,
@@ -171,12 +173,16 @@ class Exporter:
 
 
 def export(listen: str | int | None, file: str | None, interval: float = 5.0,
-           extra: Callable[[], Mapping[str, AnyFamily]] | None = None) -> Exporter | None:
+           extra: Callable[[], Mapping[str, AnyFamily]] | None = None, *,
+           process: Callable[[], Mapping[str, AnyFamily]] | None) -> Exporter | None:
     """The exporter a program's ``--metrics-port`` / ``--metrics-file`` ask for (None when neither), not started.
 
     Its drivers' snapshots go to a new private folder (mode 0700), removed at
     ``stop``: the counts live as long as the exporter, as Prometheus expects
-    of a process's counters.  ValueError for a malformed ``listen``.
+    of a process's counters.  ``process`` makes what the exporting process
+    says of itself at each scrape (``process.ProcessMetrics``: ``process_*``
+    and the build; named by every program, so that none exports without
+    it by mistake).  ValueError for a malformed ``listen``.
     """
     if listen is None and file is None:
         return None
@@ -184,7 +190,7 @@ def export(listen: str | int | None, file: str | None, interval: float = 5.0,
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="lnk-metrics-")
-    return Exporter(Collector(folder, extra=extra), address, file, interval, owns_folder=True)
+    return Exporter(Collector(folder, extra=extra, process=process), address, file, interval, owns_folder=True)
 
 
 # --------------------------------------------------------------------------
