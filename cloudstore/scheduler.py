@@ -88,9 +88,11 @@ environment or ``driver_env`` says otherwise.
 
 Metrics (``metrics_port`` / ``metrics_file``, or the flags): one counter per
 event of the log (``lnk_scheduler_events_total{event}``: fired, claim_failed,
-lease_lost, recovering, store_error, ...) and the runner's own drivers'
+lease_lost, recovering, store_error, ...), the runner's own drivers'
 counters (bucket requests, retries, outcome-unknown errors, lost
-compare-and-set rounds, replies, by op: ``cloudstore.runtime.metrics``), in the
+compare-and-set rounds, replies, by op: ``cloudstore.runtime.metrics``) and
+latencies (each request, each op), and the runner's own ``process_*`` and
+``lnk_build_info`` (``cloudstore.runtime.metrics.process``), in the
 Prometheus text format.  Agents reached through a bridge are counted by
 that bridge's export.
 """

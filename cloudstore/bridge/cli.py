@@ -17,8 +17,9 @@ non-JSON file) is a usage error: the reason, naming the key path
 exits 1.  Logs go to stderr; the bridge writes nothing to stdout.
 
 Metrics (``--metrics-port``, ``--metrics-file``): the bridge's calls by op and
-outcome, and its drivers' counters (``LNK_METRICS_DIR`` is set for them, see
-``cloudstore.runtime.metrics``), in the Prometheus text format.  ``--log-format json``
+outcome, its drivers' counters and latencies (``LNK_METRICS_DIR`` is set for
+them, see ``cloudstore.runtime.metrics``), and the bridge's own ``process_*``
+and ``lnk_build_info``, in the Prometheus text format.  ``--log-format json``
 (or ``LNK_LOG_FORMAT=json``): one JSON object a log line, for the drivers too.
 """
 
@@ -111,7 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics-port", metavar="[HOST:]PORT",
         help="serve counters (calls by op and outcome; the drivers' bucket requests, retries, outcome-unknown "
-        "errors, lost compare-and-set rounds, replies) at http://HOST:PORT/metrics in the Prometheus text "
+        "errors, lost compare-and-set rounds, replies, and the time of each request and op; the bridge's "
+        "process_* and build) at http://HOST:PORT/metrics in the Prometheus text "
         "format (HOST default 127.0.0.1; PORT 0: any free port, logged)",
     )
     p.add_argument(

@@ -221,7 +221,8 @@ Logs: one JSON object a line on stderr (its own drivers' too, unless driver_env
 sets LNK_LOG_FORMAT); nothing on stdout. Metrics (metrics_port, metrics_file):
 lnk_scheduler_events_total{event}, lnk_scheduler_requests_total{op}, the gauge
 lnk_scheduler_store_unreachable{agent,owner} (1 while an agent's store does not
-answer; retried with backoff) and the drivers' lnk_store_* counters, in the
+answer; retried with backoff), the drivers' lnk_store_* counters and latency
+histograms, and the runner's process_* and lnk_build_info, in the
 Prometheus text format. SIGTERM/SIGINT:
 stop claiming, finish the fires under way (a second signal kills).
 exit status: 0 after a signal, 2 for a bad setting.
