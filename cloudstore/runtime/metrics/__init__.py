@@ -1,4 +1,4 @@
-"""The counters of this process: what a driver, the seam and the exporters count, and nothing else.
+"""The counters and histograms of this process: what a driver, the seam and the exporters count, nothing else.
 
 This package's root is the one part of the metrics every process imports,
 the drivers and the seam (``cloudstore/generations.py``) on every request,
@@ -24,8 +24,10 @@ driver needs (``snapshots`` says why).
 Its other modules each do one job, and only the processes that need them
 import them: ``snapshots`` carries a driver's counters to the exporter that
 started it, ``exposition`` writes (and, for tests and tools, reads) the
-Prometheus text format, and ``http`` serves it on ``GET /metrics`` with
-bounded cost.
+Prometheus text format, ``http`` serves it on ``GET /metrics`` with
+bounded cost, and ``process`` adds what an exporting process says of
+itself (``process_*``, ``lnk_build_info``): the one module that imports
+``prometheus_client``, in the bridge and the scheduler only.
 
 Every counter is a ``*_total`` counter, and a histogram's buckets, sum and
 count are counters too: Prometheus handles the reset when the exporter

@@ -7,8 +7,9 @@ after each request that changed it (``SnapshotWriter``), written to a
 temporary file and renamed, so a reader never sees half of one.  The token
 keeps a reused pid from overwriting a dead process's file.
 
-The exporter (``Collector``) sums its own registry and every snapshot in
-its folder.  Snapshots of processes that have exited are folded into one
+The exporter (``Collector``) sums its own registry, the families its
+program makes per scrape (``extra``, ``process``) and every snapshot in its
+folder.  Snapshots of processes that have exited are folded into one
 ``archive.json`` there (and removed), so the folder stays small and the sums
 never go down while the exporter lives.  A histogram is carried and folded
 as its counters are: each bucket's count, the sum and (their total) the
