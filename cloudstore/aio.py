@@ -460,5 +460,5 @@ class AsyncAgentHandle:
     # -- any op
 
     async def request(self, op: str, **args: Json) -> dict[str, Json]:
-        """Any op as wire.md writes it: the reply dict; an error reply raised."""
+        """Any op as docs/protocol.md writes it: the reply dict; an error reply raised."""
         return await self._do(ops.raw(op, args))

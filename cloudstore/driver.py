@@ -72,8 +72,8 @@ settings (environment):
                           (bucket requests, retries, outcome-unknown errors, lost
                           compare-and-set rounds, replies; by op) to a JSON file there, for
                           the bridge's or the scheduler's metrics export (they set it)
-  LNK_SCHEDULER_OPS       1: also answer job_due, job_claim and lease_take, which name
-                          and move any agent's jobs and name lease holders; for the
+  LNK_SCHEDULER_OPS       1: also answer job_due, job_claims, job_claim and lease_take, which
+                          name and move any agent's jobs and name lease holders; for the
                           scheduler's own driver only, never one an agent reaches
 
 exit status: 0, or 2 for a usage error (an unknown command or extra arguments).

@@ -12,7 +12,7 @@ that kind (``ErrorKind``) beside the reply (``protocol.service.Answered``);
 the API raises the kind's class (``error_of``).  ``from_reply`` reads the
 words, for a caller that holds only a reply from another process:
 
-* ``RefusedError``        the request broke a rule of wire.md (bad input); nothing changed.
+* ``RefusedError``        the request broke a rule of docs/protocol.md (bad input); nothing changed.
 * ``FailedError``         the store failed, refused the request (a 4xx, a throttle that outlasted
                           the deadline) or the op could not finish; certainly nothing changed.
 * ``OutcomeUnknownError`` the store failed after a write of the op was sent; it may have landed.
@@ -37,7 +37,7 @@ refusals or failures before anything was asked of a store.
 The tree (module names below ``cloudstore``)::
 
     CloudstoreError
-     ├── errors.RefusedError (ValueError)                a request broke a rule of wire.md
+     ├── errors.RefusedError (ValueError)                a request broke a rule of docs/protocol.md
      ├── errors.FailedError                              the store failed; nothing was changed
      ├── errors.OutcomeUnknownError                      the store failed; a write may have landed
      ├── errors.LocationError (ValueError)               open() named no store it can open

@@ -3,7 +3,7 @@
 ``cloudstore.open(url)`` opens the store a driver setting names (``file://``,
 ``s3://``, ``gs://``, the URL forms of ``LNK_BUCKET_URL`` / ``LNK_GCS_URL``)
 and ``store.agent(owner, id)`` gives a handle whose methods are the ops of
-wire.md, one method per op, with typed results::
+docs/protocol.md, one method per op, with typed results::
 
     with cloudstore.open("file:///tmp/lnk-bucket") as store:
         me = store.agent("o1", "a1")
@@ -12,7 +12,7 @@ wire.md, one method per op, with typed results::
 
 Why on top of ``Service``: the drivers' promises (every race settled once,
 every op whole, the words of every error) are kept by one implementation.
-Each method builds the request dict wire.md shows and sends it down the very
+Each method builds the request dict docs/protocol.md shows and sends it down the very
 path a ``serve`` process uses: the request is written as its JSON line and
 answered by the drivers' ``Answerer`` (``protocol.answerer``: ``parse_request``,
 then ``Service.answer``), and the work a reply leaves for after it (packing
@@ -69,7 +69,7 @@ __all__ = [
 Json = Any
 T = TypeVar("T")
 
-#: Where a job is kept (wire.md): anything else is refused.
+#: Where a job is kept (docs/protocol.md): anything else is refused.
 Place = Literal["waiting", "firing", "ending"]
 
 #: How many calls of one store run at once by default (and so how many ``Service``s it keeps).
@@ -169,7 +169,7 @@ class FileWrite:
 
 
 # --------------------------------------------------------------------------
-# One op: the request wire.md shows, and how its reply becomes a value
+# One op: the request docs/protocol.md shows, and how its reply becomes a value
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ class Call(Generic[T]):
                                   self.op)
         try:
             return self.parse(reply)
-        except (KeyError, TypeError, ValueError) as exc:  # a reply wire.md does not show: a bug, not the caller's
+        except (KeyError, TypeError, ValueError) as exc:  # a reply protocol.md lacks: a bug, not the caller's
             raise CloudstoreError(f"unexpected reply to {self.op}: {reply.get('reply')!r}", self.op) from exc
 
 
@@ -249,7 +249,7 @@ def _file(value: Json) -> File | None:
 
 
 class ops:
-    """The calls of every op of wire.md, one function each (see the flavours' methods for what they mean)."""
+    """The calls of every op of docs/protocol.md, one function each (see the flavours' methods for what they mean)."""
 
     # -- conversations
 
@@ -388,7 +388,7 @@ class ops:
         names = list(tools) if isinstance(tools, (list, tuple)) else tools
         return Call("tools_narrow", {"thread": thread, "tools": names}, _field("tools", "tools", list))
 
-    # -- any op, as wire.md writes it
+    # -- any op, as docs/protocol.md writes it
 
     @staticmethod
     def raw(op: str, args: Mapping[str, Json]) -> Call[dict[str, Json]]:
@@ -400,7 +400,7 @@ class ops:
 
 
 def who(owner: str | None, id: str) -> dict[str, Json]:
-    """An agent as a request names it; refused at once when it breaks wire.md's rule (the driver's check)."""
+    """An agent as a request names it; refused at once when it breaks docs/protocol.md's rule (the driver's check)."""
     from ..protocol.validate import RequestError, agent
 
     named = {"id": id, "owner": owner}
@@ -660,7 +660,7 @@ class Store:
 
 
 class AgentHandle:
-    """One agent's ops on a ``Store``: the methods are wire.md's ops, with typed results.
+    """One agent's ops on a ``Store``: the methods are docs/protocol.md's ops, with typed results.
 
     Every method raises ``RefusedError`` for a request that breaks a rule,
     ``FailedError`` when the store failed and nothing changed,
@@ -800,5 +800,5 @@ class AgentHandle:
     # -- any op
 
     def request(self, op: str, **args: Json) -> dict[str, Json]:
-        """Any op as wire.md writes it (``request("last", thread="t")``): the reply dict; an error reply raised."""
+        """Any op as protocol.md writes it (``request("last", thread="t")``): the reply dict; an error reply raised."""
         return self._do(ops.raw(op, args))

@@ -1,7 +1,7 @@
 """The store bridge's proof: who a caller is, shown without sending its key.
 
 A caller proves it is agent (owner, id) by sending HMAC-SHA256 over the bytes
-``wire.md`` ("Through the store bridge") gives, keyed with the agent's key.
+``docs/protocol.md`` ("Through the store bridge") gives, keyed with the agent's key.
 The bytes are length-prefixed so that no two (owner, id) pairs share them:
 owner null (one byte 0x00) and owner ``""`` (0x01 and a zero length) prove
 differently, and no split of one string between owner and id can collide.
@@ -33,7 +33,7 @@ def _counted(text: str) -> bytes:
 
 
 def proof_message(owner: str | None, agent_id: str) -> bytes:
-    """The bytes the proof is computed over, exactly as wire.md lays them out."""
+    """The bytes the proof is computed over, exactly as docs/protocol.md lays them out."""
     owner_part = b"\x00" if owner is None else b"\x01" + _counted(owner)
     return PREFIX + owner_part + _counted(agent_id)
 

@@ -1,6 +1,6 @@
 """The store bridge: proved calls from a Unix socket to a driver program.
 
-One connection is one call (wire.md, "Through the store bridge"): a proof
+One connection is one call (docs/protocol.md, "Through the store bridge"): a proof
 line, then within ``request_timeout`` one request line, answered with one
 reply line.
 

@@ -2,7 +2,7 @@
 
 Four families of named checks (``check``, ``check_jobs``, ``check_files``,
 ``check_narrowing``) drive a driver PROGRAM purely through its commands, as
-``wire.md`` writes the JSON, so they judge a driver in any language.
+``docs/protocol.md`` writes the JSON, so they judge a driver in any language.
 
     from cloudstore.conformance import run
     report = run("lnk-bucket-store", env={"LNK_BUCKET_URL": "file:///tmp/b"}, quick=True)

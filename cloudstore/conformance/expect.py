@@ -1,6 +1,6 @@
 """How a check says what it wanted: strict JSON equality and the failure it raises.
 
-Python's ``==`` says ``1 == 1.0 == True``; the wire does not (wire.md: integers
+Python's ``==`` says ``1 == 1.0 == True``; the wire does not (docs/protocol.md: integers
 written as integers, ``true`` is not ``1``). Every comparison a check makes of a
 driver's reply goes through :func:`same_json`, so a driver answering ``1.0``
 where ``1`` is due, or ``1`` where ``true`` is due, fails.
@@ -46,7 +46,7 @@ def same_json(got: Json, expected: Json) -> bool:
     """Equal as JSON values, types strict: bool is not int, int is not float.
 
     A float is the same double whether the driver wrote it with a fraction or
-    not (a JavaScript driver writes ``2.0`` as ``2``): wire.md asks for "the
+    not (a JavaScript driver writes ``2.0`` as ``2``): docs/protocol.md asks for "the
     same double" there, and for integers "exactly".
     """
     if isinstance(expected, bool) or isinstance(got, bool):

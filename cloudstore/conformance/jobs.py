@@ -1,6 +1,6 @@
 """Family ``check_jobs``: an agent's scheduled jobs, their places, marks and day counts.
 
-``job_next`` answers for every agent in the store (wire.md), so a run cannot
+``job_next`` answers for every agent in the store (docs/protocol.md), so a run cannot
 know what else is waiting there: the check puts dues far in the past that are
 certainly the soonest, judges job_next against those, and removes them again.
 Every other job this family leaves waiting is due far in the future

@@ -1,6 +1,6 @@
 """What every family checks the same way: refusals that change nothing, and stdout discipline.
 
-wire.md: a request that is not valid JSON, not an object, has an unknown op or
+docs/protocol.md: a request that is not valid JSON, not an object, has an unknown op or
 breaks any rule gets ``{"reply": "error", "error": ...}`` and changes nothing;
 stdout carries exactly one reply line per request. Each family hands this
 module its own requests and its own way of reading its state; the judging is

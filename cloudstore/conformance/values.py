@@ -1,6 +1,6 @@
 """JSON values and names that a careless driver mangles, shared by every family.
 
-Events, job specs and dues must come back equal as JSON values (wire.md):
+Events, job specs and dues must come back equal as JSON values (docs/protocol.md):
 integers of any size exactly, never through a double; other numbers as the
 same double; strings, key names and nesting exactly. Names (agent ids,
 owners, threads, holders, job ids, tool names) are any string and must map
@@ -49,5 +49,5 @@ HOSTILE_NAMES: list[str] = [
 
 
 def utf8_sorted(names: list[str]) -> list[str]:
-    """Sorted by UTF-8 bytes, the order wire.md gives lists (also code point order)."""
+    """Sorted by UTF-8 bytes, the order docs/protocol.md gives lists (also code point order)."""
     return sorted(names, key=lambda n: n.encode("utf-8", "surrogatepass"))

@@ -12,7 +12,7 @@ goes through here, so every reader refuses the same things the same way:
   ``object_line``), which it refuses before any driver runs;
 * the config files (``config_schema``, through ``loads``).
 
-wire.md says nothing of a key given twice; a request holding one is
+docs/protocol.md says nothing of a key given twice; a request holding one is
 ambiguous (which value is the request?), so it is refused everywhere, as
 the bridge always refused it.
 """

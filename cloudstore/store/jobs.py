@@ -534,7 +534,7 @@ class Jobs:
         if value is None:
             return (0, 0)
         stored.expect(set(value) == {"day", "sent"}, "job day", "it is not {day, sent}")
-        unbounded = 10**4300  # job_set_day takes any integer from 0 (wire.md): only the type is checked
+        unbounded = 10**4300  # job_set_day takes any integer from 0 (docs/protocol.md): only the type is checked
         return (stored.count(value["day"], "job day", "the day", maximum=unbounded),
                 stored.count(value["sent"], "job day", "sent", maximum=unbounded))
 
