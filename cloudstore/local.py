@@ -70,10 +70,11 @@ _NOFOLLOW = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 # A folder below the root is opened by name in its parent's descriptor, never through a link.
 _FOLDER = os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW
 # The rules, as a refusal says them (issue 43): another user must not be able to change what the store keeps.
-FOLDER_RULE = "a store's folders must be owned by this user or root, and not writable by others unless sticky"
-LOCKS_RULE = "the lock folder must be owned by this user or root and writable by nobody else"
-LOCK_FILE_RULE = "a lock file must be a regular file of this user's"
-OBJECT_RULE = "an object of the store must be a regular file owned by this user or root"
+FOLDER_RULE = ("a store's folders must be folders, not links, owned by this user or root, and not writable by "
+               "others unless sticky")
+LOCKS_RULE = "the lock folder must be a folder, not a link, owned by this user or root, that nobody else may write in"
+LOCK_FILE_RULE = "a lock file must be a regular file, not a link, of this user's"
+OBJECT_RULE = "an object of the store must be a regular file, not a link, owned by this user or root"
 
 
 class FolderMissing(FileNotFoundError):
