@@ -94,9 +94,10 @@ class FolderRefused(StoreRefused):
     operator's to see).
     """
 
-    def __init__(self, what: str, why: str, rule: str) -> None:
-        super().__init__(f"{what} is refused: {why} ({rule})")
-        self.what, self.why, self.rule = what, why, rule
+    def __init__(self, what: str, why: str, rule: str, where: str | None = None) -> None:
+        named = f"in the store {where} names, " if where else ""
+        super().__init__(f"{named}{what} is refused: {why} ({rule})")
+        self.what, self.why, self.rule, self.where = what, why, rule, where
 
 
 def _me() -> int:
@@ -197,12 +198,13 @@ class LocalBackend:
 
     label = "file"  # its kind, in metrics
 
-    def __init__(self, root: str, create: bool = True) -> None:
+    def __init__(self, root: str, create: bool = True, where: str | None = None) -> None:
         """A store in folder ``root``; with ``create`` False, a folder that does not exist is refused.
 
         The drivers and the admin tool's readers pass False: a typo in
         ``file:///...`` must not silently make (and leave behind) a new empty
-        store that answers every read with nothing.  A folder another user
+        store that answers every read with nothing.  ``where`` names the
+        setting in the refusals of an op (``LNK_BUCKET_URL``).  A folder another user
         controls is refused (``FolderRefused``), however it came to be:
         ``mkdir -p`` is silent about a folder that was there already.
         """
@@ -213,6 +215,7 @@ class LocalBackend:
         self.locks = os.path.join(self.root, _OBJ + "locks")
         self._locks_fd: int | None = None  # made on the first write or lock: a store only read is left as it was
         self._locks_guard = threading.Lock()
+        self.where = where
         self.clock = StoreClock(probe=self._probe_clock)
 
     def close(self) -> None:
@@ -225,6 +228,16 @@ class LocalBackend:
     def __del__(self) -> None:
         with suppress(Exception):
             self.close()
+
+    @contextmanager
+    def _naming(self) -> Iterator[None]:
+        """A refusal met inside, said with the setting that names the store (``where``)."""
+        try:
+            yield
+        except FolderRefused as exc:
+            if exc.where is not None or self.where is None:
+                raise
+            raise FolderRefused(exc.what, exc.why, exc.rule, self.where) from None
 
     @contextmanager
     def _folder(self, names: Sequence[str], make: bool) -> Iterator[int | None]:
@@ -346,7 +359,7 @@ class LocalBackend:
 
     def get(self, key: str, head: int | None = None) -> tuple[bytes, str] | None:
         folders, name = self._names(key)
-        with self._folder(folders, make=False) as folder:
+        with self._naming(), self._folder(folders, make=False) as folder:
             raw = self._read(folder, name, head)
         if raw is None:
             return None
@@ -355,7 +368,7 @@ class LocalBackend:
     def put(self, key: str, raw: bytes, mode: PutMode) -> str:
         folders, name = self._names(key)
         nonce = frame_nonce(raw)
-        with self._locked(key), self._folder(folders, make=True) as folder:
+        with self._naming(), self._locked(key), self._folder(folders, make=True) as folder:
             assert folder is not None
             if isinstance(mode, (Create, Update)):
                 current = self._read(folder, name)
@@ -371,7 +384,7 @@ class LocalBackend:
 
     def delete(self, key: str, version: str | None) -> None:
         folders, name = self._names(key)
-        with self._locked(key), self._folder(folders, make=False) as folder:
+        with self._naming(), self._locked(key), self._folder(folders, make=False) as folder:
             current = self._read(folder, name)
             if current is None:
                 raise NotFound(key)
@@ -418,7 +431,7 @@ class LocalBackend:
         for part in whole_parts:
             names.extend(_part_to_names(part))
         base = "".join(p + "/" for p in whole_parts)
-        with self._folder(names, make=False) as folder:
+        with self._naming(), self._folder(names, make=False) as folder:
             found = [] if folder is None else [
                 (k, p)
                 for k, p in self._walk(folder, tuple(names), base)

@@ -77,7 +77,7 @@ def open_backend(location: Location, create: bool = True, setting: str = "the fi
     from .local import FolderMissing, FolderRefused, LocalBackend
 
     try:
-        return LocalBackend(location.bucket, create=create)
+        return LocalBackend(location.bucket, create=create, where=setting)
     except FolderMissing:
         raise SettingError(
             f"{setting} names a store that cannot be opened: its folder does not exist (it is not made: "
