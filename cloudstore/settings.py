@@ -62,7 +62,9 @@ def open_backend(location: Location, create: bool = True, setting: str = "the fi
 
     ``create`` False: a ``file://`` folder that does not exist is refused
     (a SettingError naming ``setting``, not the folder) instead of made;
-    buckets are never made.
+    buckets are never made.  A folder another user owns, or one others may
+    write in without the sticky bit, is refused too, whatever ``create``
+    says (a SettingError naming ``setting`` and the rule: local.py).
     """
     if location.scheme == "gs":
         from .gcs import GCSBackend
@@ -72,15 +74,17 @@ def open_backend(location: Location, create: bool = True, setting: str = "the fi
         from .s3 import S3Backend
 
         return S3Backend(location.bucket)
-    from .local import FolderMissing, LocalBackend
+    from .local import FolderMissing, FolderRefused, LocalBackend
 
     try:
-        return LocalBackend(location.bucket, create=create)
+        return LocalBackend(location.bucket, create=create, where=setting)
     except FolderMissing:
         raise SettingError(
             f"{setting} names a store that cannot be opened: its folder does not exist (it is not made: "
             "make it first, mkdir -p, or correct the URL)"
         ) from None
+    except FolderRefused as exc:  # another user could change what it keeps (issue 43): the rule, no path
+        raise SettingError(f"{setting} names a store that cannot be opened: {exc}") from None
 
 
 def open_store(location: Location, create: bool = True, setting: str = "the file:// URL",

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from ..errors import ClosedError, CloudstoreError, ErrorKind, LocationError, RefusedError, error_of
+from ..errors import ClosedError, CloudstoreError, ErrorKind, LocationError, RefusedError, SettingError, error_of
 
 if TYPE_CHECKING:
     from ..gate.store_gate import StoreGate
@@ -593,7 +593,9 @@ def open_sync_backend(location: Location, client_args: Mapping[str, str]) -> Bac
             from ..s3 import S3Backend, make_client
 
             return S3Backend(location.bucket, client=make_client(client_args=client_args))
-        return open_backend(location)
+        return open_backend(location, setting="the store URL")
+    except SettingError as exc:  # a folder another user controls (local.py): its words name the rule
+        raise LocationError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a folder that cannot be made, an SDK that finds no credentials
         raise opening_failed(exc) from exc
 
