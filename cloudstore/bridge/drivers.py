@@ -113,15 +113,22 @@ class _Watch:
     """One armed deadline: the process is killed at it unless disarmed first."""
 
     def __init__(self, proc: ServeProcess, at: float) -> None:
-        self.proc = proc
+        self.proc: ServeProcess | None = proc
         self.at = at
         self.done = False
         self.fired = False
 
     def disarm(self) -> bool:
-        """Stop watching; whether the kill already happened."""
+        """Stop watching; whether the kill already happened.
+
+        The process is let go at once (not kept until the deadline), so a
+        driver the pool stops is freed with its pipes whatever the call's time.
+        """
         with _Watchdog.lock:
-            self.done = True
+            if not self.done:
+                self.done = True
+                self.proc = None
+                _WATCHDOG.dropped()
             return self.fired
 
 
@@ -131,14 +138,20 @@ class _Watchdog:
     waiting for its line). One thread for every call: arming or disarming a
     deadline wakes nobody, so a call costs no thread switch of its own.
     Exactly one of ``disarm`` and the kill wins.
+
+    A disarmed watch holds no process, and the heap is rebuilt without the
+    disarmed ones once they are most of it: its size stays within twice the
+    calls under way (plus a few), whatever the call timeout.
     """
 
     lock = threading.Lock()
+    COMPACT_AT = 64  # disarmed entries tolerated before a rebuild is considered
 
     def __init__(self) -> None:
         self._cond = threading.Condition(self.lock)
         self._heap: list[tuple[float, int, _Watch]] = []
         self._seq = 0
+        self._disarmed = 0  # disarmed watches still in the heap
         self._thread: threading.Thread | None = None
 
     def arm(self, proc: ServeProcess, seconds: float) -> _Watch:
@@ -153,6 +166,19 @@ class _Watchdog:
                 self._cond.notify()
         return watch
 
+    def dropped(self) -> None:
+        """Under the lock: one more watch was disarmed; rebuild the heap once most are."""
+        self._disarmed += 1
+        if self._disarmed > self.COMPACT_AT and 2 * self._disarmed > len(self._heap):
+            self._heap = [entry for entry in self._heap if not entry[2].done]
+            heapq.heapify(self._heap)
+            self._disarmed = 0
+
+    def size(self) -> int:
+        """Watches held (armed and not yet dropped disarmed ones), for tests."""
+        with self._cond:
+            return len(self._heap)
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -160,9 +186,12 @@ class _Watchdog:
                     self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
                 _, _, watch = heapq.heappop(self._heap)
                 if watch.done:
+                    self._disarmed -= 1
                     continue
                 watch.done = watch.fired = True
-            watch.proc.kill()
+                proc, watch.proc = watch.proc, None
+            if proc is not None:
+                proc.kill()
 
 
 _WATCHDOG = _Watchdog()
