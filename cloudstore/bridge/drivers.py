@@ -3,9 +3,11 @@
 A driver whose contract says ``serve`` is kept running between calls, one
 process answering one call at a time. Each process is started with one
 environment, and ``LNK_STORE_DIR`` differs per agent, so a process serves one
-agent only: idle processes are kept per agent and the longest idle is stopped
-when another agent needs the room. A driver without ``serve`` is run once per
-call (``call``), and each such run takes one of the same places.
+agent only. Who gets a place, and for how long, is ``places.Places``: a fair
+share per agent, round-robin across agents and FIFO within one, an agent's
+driver reused for its own waiting calls for a turn. A driver without
+``serve`` is run once per call (``call``), and each such run takes one of the
+same places.
 
 Every failure is turned into one of three exceptions the bridge words as its
 answer: ``DriverTimeout`` (past ``call_timeout``; the process is killed),
@@ -27,6 +29,7 @@ from typing import Any
 
 from ..errors import CloudstoreError
 from ..protocol.client import DriverError, ServeProcess, call_once, driver_env, program_argv
+from .places import QUANTUM, Grant, NoPlace, Places, PlacesClosed
 
 log = logging.getLogger("cloudstore.bridge")
 
@@ -198,7 +201,7 @@ _WATCHDOG = _Watchdog()
 
 
 class DriverPool:
-    """At most ``max_drivers`` driver processes, shared by every agent of a bridge."""
+    """At most ``max_drivers`` driver processes, shared fairly by every agent of a bridge (``places``)."""
 
     def __init__(
         self,
@@ -206,103 +209,65 @@ class DriverPool:
         contract: Contract,
         max_drivers: int = 4,
         call_timeout: float = 30.0,
+        quantum: int = QUANTUM,
     ) -> None:
         self.program = program
         self.contract = contract
         self.max_drivers = max_drivers
         self.call_timeout = call_timeout
-        self._cond = threading.Condition()
-        self._places = 0  # processes alive (idle or busy) plus call-mode runs under way
-        self._idle: list[tuple[Hashable, ServeProcess]] = []  # longest idle first
+        self.places: Places[ServeProcess] = Places(max_drivers, quantum)
+        self._lock = threading.Lock()
         self._busy: set[ServeProcess] = set()
-        self._waiting: dict[Hashable, int] = {}  # calls waiting for a place, per agent
-        self._closed = False
 
-    # -- places ------------------------------------------------------------
+    def _take_place(self, key: Hashable, deadline: float) -> Grant[ServeProcess]:
+        try:
+            grant = self.places.take(key, deadline)
+        except NoPlace as exc:
+            raise NoDriverFree(f"all {self.max_drivers} drivers stayed busy for {self.call_timeout:g} s") from exc
+        except PlacesClosed as exc:
+            raise DriverFailed(str(exc)) from exc
+        if grant.proc is not None:
+            with self._lock:
+                self._busy.add(grant.proc)
+        return grant
 
-    def _take_place(self, key: Hashable, deadline: float) -> tuple[ServeProcess | None, list[ServeProcess]]:
-        """Under the lock: an idle process of ``key``, or a free place (None).
-
-        Also returns processes to stop outside the lock: dead idle ones found
-        on the way, or the longest idle one of another agent, evicted to make
-        room. An evicted process's place passes straight to this caller; a
-        process some call of its own agent is waiting for is never evicted, so
-        agents' calls do not churn each other's processes.
-        """
-        drop: list[ServeProcess] = []
-        with self._cond:
-            while True:
-                if self._closed:
-                    raise DriverFailed("the bridge is stopping")
-                for i, (k, proc) in enumerate(self._idle):
-                    if k == key:
-                        del self._idle[i]
-                        if proc.alive():
-                            self._busy.add(proc)
-                            return proc, drop
-                        self._places -= 1  # it died while idle (killed, crashed)
-                        drop.append(proc)
-                        break
-                else:
-                    if self._places < self.max_drivers:
-                        self._places += 1
-                        return None, drop
-                    victim = next((i for i, (k, _) in enumerate(self._idle) if not self._waiting.get(k)), None)
-                    if victim is not None:
-                        drop.append(self._idle.pop(victim)[1])
-                        return None, drop
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise NoDriverFree(f"all {self.max_drivers} drivers stayed busy for {self.call_timeout:g} s")
-                    self._waiting[key] = self._waiting.get(key, 0) + 1
-                    try:
-                        self._cond.wait(remaining)
-                    finally:
-                        self._waiting[key] -= 1
-                        if not self._waiting[key]:
-                            del self._waiting[key]
-
-    def _give_back(self, key: Hashable, proc: ServeProcess | None, keep: bool) -> None:
-        """Return a place; a healthy serve process stays idle for its agent.
+    def _give_back(self, grant: Grant[ServeProcess], proc: ServeProcess | None, keep: bool) -> None:
+        """Return a place; a healthy serve process is passed on or kept idle for its agent.
 
         One that failed is killed; a healthy one the stopping bridge no longer
         keeps is let go at end of stdin, as every serve process ends.
         """
-        with self._cond:
-            kept = proc is not None and keep and not self._closed and proc.alive()
-            if proc is not None:
+        if proc is not None:
+            with self._lock:
                 self._busy.discard(proc)
-            if kept and proc is not None:  # (kept implies a process: for the type checker)
-                self._idle.append((key, proc))
-            else:
-                self._places -= 1
-            self._cond.notify_all()
-        if proc is not None and not kept:
-            if keep:
-                proc.close(timeout=5.0)
-            else:
-                proc.kill()
+        healthy = proc is not None and keep and proc.alive()
+        left = self.places.give(grant.key, proc if healthy else None, grant.turns)
+        if proc is not None and not healthy:
+            proc.kill()
+        if left is not None:
+            left.close(timeout=5.0)
 
     # -- calls ---------------------------------------------------------------
 
     def call(self, key: Hashable, env: Mapping[str, str], line: bytes) -> bytes:
         """Answer one request line with the driver's reply line (no newline)."""
         deadline = time.monotonic() + self.call_timeout
-        proc, drop = self._take_place(key, deadline)
-        for old in drop:
+        grant = self._take_place(key, deadline)
+        for old in grant.drop:
             old.close(timeout=2.0)
         if not self.contract.serve:
             try:
                 return self._call_once(env, line)
             finally:
-                self._give_back(key, None, False)
+                self._give_back(grant, None, False)
+        proc = grant.proc
         if proc is None:
             try:
                 proc = ServeProcess(self.program, env)
             except OSError as exc:
-                self._give_back(key, None, False)
+                self._give_back(grant, None, False)
                 raise DriverFailed(f"cannot start the driver: {exc}") from exc
-            with self._cond:
+            with self._lock:
                 self._busy.add(proc)
         keep = False
         try:
@@ -310,7 +275,7 @@ class DriverPool:
             keep = True
             return reply
         finally:
-            self._give_back(key, proc, keep)
+            self._give_back(grant, proc, keep)
 
     def _serve_one(self, proc: ServeProcess, line: bytes) -> bytes:
         watch = _WATCHDOG.arm(proc, self.call_timeout)
@@ -346,19 +311,17 @@ class DriverPool:
 
     def close(self) -> None:
         """Stop every process: idle ones end at end of stdin, busy ones are killed."""
-        with self._cond:
-            self._closed = True
-            idle = [p for _, p in self._idle]
+        idle = self.places.close()
+        with self._lock:
             busy = list(self._busy)
-            self._places -= len(idle)
-            self._idle.clear()
-            self._cond.notify_all()
         for proc in idle:
             proc.close(timeout=5.0)
         for proc in busy:
             proc.kill()
 
     def counts(self) -> dict[str, int]:
-        """How many places are taken and processes idle (for tests and logs)."""
-        with self._cond:
-            return {"places": self._places, "idle": len(self._idle), "busy": len(self._busy)}
+        """How many places are taken and processes idle or busy (for tests and logs)."""
+        counts = self.places.counts()
+        with self._lock:
+            counts["busy"] = len(self._busy)
+        return counts
