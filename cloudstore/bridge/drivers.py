@@ -20,6 +20,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import re
 import subprocess
 import threading
 import time
@@ -28,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CloudstoreError
-from ..protocol.client import DriverError, ServeProcess, call_once, driver_env, program_argv
+from ..protocol.client import DriverError, ReplyTooLong, ServeProcess, call_once, driver_env, program_argv
+from .cost import parse_cost
 from .places import QUANTUM, Grant, NoPlace, Places, PlacesClosed
 
 log = logging.getLogger("cloudstore.bridge")
@@ -46,6 +48,10 @@ class DriverFailed(CloudstoreError):
     """The driver died or did not answer one JSON reply line (what it did: ``changed`` is None)."""
 
     changed = None
+
+
+class ReplyOverLimit(DriverFailed):
+    """The driver's reply line is over what the bridge passes on; the driver was stopped."""
 
 
 class NoDriverFree(CloudstoreError):
@@ -101,15 +107,31 @@ def read_contract(
         raise ValueError(f"{program!r} contract: {exc}") from exc
 
 
-def check_reply_line(text: str) -> str:
-    """The driver's reply line if it is one JSON object with a string ``reply``."""
+#: The most a reply line may cost to check by parsing it (``cost.parse_cost``); a longer one is
+#: checked for its shape only: one object whose first member is a string ``reply``.
+PARSE_MOST = 4 * 1024 * 1024
+_REPLY_SHAPE = re.compile(rb'\s*\{\s*"reply"\s*:\s*"[a-z_]*"\s*[,}]')
+
+
+def check_reply_line(text: str | bytes) -> bytes:
+    """The driver's reply line if it is one JSON object with a string ``reply``.
+
+    Parsed whole when that costs at most ``PARSE_MOST``; a longer line (a
+    large ``read``) would cost ~24 times its bytes as Python objects, so it is
+    checked for its shape, at no cost beyond the line.
+    """
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    if parse_cost(data) > PARSE_MOST:
+        if _REPLY_SHAPE.match(data) and data.rstrip().endswith(b"}"):
+            return data
+        raise DriverFailed(f"the driver answered something that is not a reply: {data[:200]!r}")
     try:
-        value = json.loads(text)
+        value = json.loads(data)
     except ValueError as exc:
-        raise DriverFailed(f"the driver answered something that is not JSON: {text[:200]!r}") from exc
+        raise DriverFailed(f"the driver answered something that is not JSON: {data[:200]!r}") from exc
     if not isinstance(value, dict) or not isinstance(value.get("reply"), str):
-        raise DriverFailed(f"the driver answered something that is not a reply: {text[:200]!r}")
-    return text
+        raise DriverFailed(f"the driver answered something that is not a reply: {data[:200]!r}")
+    return data
 
 
 class _Watch:
@@ -210,8 +232,10 @@ class DriverPool:
         max_drivers: int = 4,
         call_timeout: float = 30.0,
         quantum: int = QUANTUM,
+        max_reply_bytes: int = 17 * 1024 * 1024,
     ) -> None:
         self.program = program
+        self.max_reply_bytes = max_reply_bytes
         self.contract = contract
         self.max_drivers = max_drivers
         self.call_timeout = call_timeout
@@ -280,7 +304,13 @@ class DriverPool:
     def _serve_one(self, proc: ServeProcess, line: bytes) -> bytes:
         watch = _WATCHDOG.arm(proc, self.call_timeout)
         try:
-            text = proc.request_line(line)
+            data = proc.request_bytes(line, most=self.max_reply_bytes)
+        except ReplyTooLong as exc:
+            watch.disarm()
+            raise ReplyOverLimit(
+                f"the driver's reply is over the {self.max_reply_bytes // (1024 * 1024)} MiB "
+                "the bridge passes on; it was not passed on"
+            ) from exc
         except (DriverError, ValueError) as exc:
             if watch.disarm():
                 raise DriverTimeout(f"the driver took past {self.call_timeout:g} s and was stopped") from exc
@@ -288,7 +318,7 @@ class DriverPool:
         if watch.disarm():
             # Answered just as it was killed: the answer stands, the process is gone.
             raise DriverFailed("the driver was stopped at its time limit as it answered")
-        return check_reply_line(text).encode("utf-8")
+        return check_reply_line(data)
 
     def _call_once(self, env: Mapping[str, str], line: bytes) -> bytes:
         try:
@@ -305,7 +335,7 @@ class DriverPool:
                 "driver call exited %d with %d stdout lines; stderr ends: %s", code, len(lines), err[-STDERR_LOGGED:]
             )
             raise DriverFailed(f"call exited {code} with {len(lines)} stdout lines")
-        return check_reply_line(lines[0]).encode("utf-8")
+        return check_reply_line(lines[0])
 
     # -- the end -------------------------------------------------------------
 

@@ -68,6 +68,10 @@ class DriverError(CloudstoreError):
     changed = None
 
 
+class ReplyTooLong(DriverError):
+    """The reply line is longer than the reader takes; only its first part was read."""
+
+
 def call_once(
     program: str | Sequence[str],
     request: Json | bytes,
@@ -126,6 +130,15 @@ class ServeProcess:
 
     def request_line(self, line: bytes, timeout: float | None = None) -> str:
         """Send one raw line (newline added); the raw reply line, newline stripped."""
+        return self.request_bytes(line, timeout).decode("utf-8")
+
+    def request_bytes(self, line: bytes, timeout: float | None = None, most: int | None = None) -> bytes:
+        """Send one raw line; the reply line's bytes, newline stripped.
+
+        With ``most``, at most that many bytes of reply are read (ReplyTooLong
+        past it, the rest left in the pipe: the caller is to drop the process),
+        so a reply never costs more than ``most`` to hold.
+        """
         assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
             with self._lock:
@@ -135,7 +148,11 @@ class ServeProcess:
                 except (BrokenPipeError, OSError, ValueError) as exc:
                     raise DriverError(f"driver gone: {exc}") from exc
                 try:
-                    if timeout is None:
+                    if most is not None:
+                        reply = self.proc.stdout.readline(most + 1)
+                        if len(reply) > most and not reply.endswith(b"\n"):
+                            raise ReplyTooLong(f"the driver's reply line is over {most} bytes")
+                    elif timeout is None:
                         reply = self.proc.stdout.readline()
                     else:
                         reply = _readline_within(self.proc, timeout)
@@ -148,7 +165,7 @@ class ServeProcess:
                 self._release_pipes()
         if not reply:
             raise DriverError(f"driver closed its stdout (exit {self.proc.poll()})")
-        return reply.decode("utf-8").rstrip("\n")
+        return reply.rstrip(b"\n")
 
     def request(self, request: Json, timeout: float | None = None) -> Json:
         """Send one request; its reply as JSON."""

@@ -60,6 +60,10 @@ def answer(mode: str, line: bytes) -> None:
     elif thread == "junk":
         print("this is not JSON", flush=True)
         return
+    elif isinstance(thread, str) and thread.startswith("big-"):
+        pad = "x" * int(thread[4:])  # "big-N": a reply line of N bytes and a little more
+        print(json.dumps({"reply": "events", "events": [], "pad": pad}), flush=True)
+        return
     elif thread == "error":
         print(json.dumps({"reply": "error", "error": "fake driver error"}), flush=True)
         return

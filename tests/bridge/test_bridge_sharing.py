@@ -57,3 +57,19 @@ def test_an_agent_flooding_every_driver_gets_no_more_than_its_share_while_anothe
     for k in range(8):
         Path(f"{r.gate}-f{k}").touch()
     assert [results.get(timeout=60)["reply"] for _ in range(7)] == ["done"] * 7
+
+
+def test_a_reply_over_the_bridges_most_is_refused_whole_and_its_driver_replaced(rig):
+    from bridge_helpers import error_word
+
+    r = rig(limits=Limits(max_reply_bytes=1024 * 1024))
+    c = r.client()
+    fine = c.op("read", thread=f"big-{1024 * 1024 - 100}")
+    assert fine["reply"] == "events" and len(fine["pad"]) == 1024 * 1024 - 100  # up to the most: passed on whole
+    over = c.op("read", thread=f"big-{3 * 1024 * 1024}")
+    assert error_word(over) == "refused", over  # never a part of it
+    assert "over the 1 MiB" in over["error"] and "nothing was changed" in over["error"]
+    after = c.op("last", thread="t")  # the surplus went with the driver: the next call is answered whole
+    assert after["reply"] == "done"
+    pids = [rec["pid"] for rec in r.records()]
+    assert pids[-1] != pids[-2]
