@@ -3,9 +3,11 @@
 A driver whose contract says ``serve`` is kept running between calls, one
 process answering one call at a time. Each process is started with one
 environment, and ``LNK_STORE_DIR`` differs per agent, so a process serves one
-agent only: idle processes are kept per agent and the longest idle is stopped
-when another agent needs the room. A driver without ``serve`` is run once per
-call (``call``), and each such run takes one of the same places.
+agent only. Who gets a place, and for how long, is ``places.Places``: a fair
+share per agent, round-robin across agents and FIFO within one, an agent's
+driver reused for its own waiting calls for a turn. A driver without
+``serve`` is run once per call (``call``), and each such run takes one of the
+same places.
 
 Every failure is turned into one of three exceptions the bridge words as its
 answer: ``DriverTimeout`` (past ``call_timeout``; the process is killed),
@@ -18,6 +20,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import re
 import subprocess
 import threading
 import time
@@ -26,7 +29,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CloudstoreError
-from ..protocol.client import DriverError, ServeProcess, call_once, driver_env, program_argv
+from ..protocol.client import DriverError, ReplyTooLong, ServeProcess, call_once, driver_env, program_argv
+from .cost import parse_cost
+from .places import QUANTUM, Grant, NoPlace, Places, PlacesClosed
 
 log = logging.getLogger("cloudstore.bridge")
 
@@ -43,6 +48,10 @@ class DriverFailed(CloudstoreError):
     """The driver died or did not answer one JSON reply line (what it did: ``changed`` is None)."""
 
     changed = None
+
+
+class ReplyOverLimit(DriverFailed):
+    """The driver's reply line is over what the bridge passes on; the driver was stopped."""
 
 
 class NoDriverFree(CloudstoreError):
@@ -98,30 +107,53 @@ def read_contract(
         raise ValueError(f"{program!r} contract: {exc}") from exc
 
 
-def check_reply_line(text: str) -> str:
-    """The driver's reply line if it is one JSON object with a string ``reply``."""
+#: The most a reply line may cost to check by parsing it (``cost.parse_cost``); a longer one is
+#: checked for its shape only: one object whose first member is a string ``reply``.
+PARSE_MOST = 4 * 1024 * 1024
+_REPLY_SHAPE = re.compile(rb'\s*\{\s*"reply"\s*:\s*"[a-z_]*"\s*[,}]')
+
+
+def check_reply_line(text: str | bytes) -> bytes:
+    """The driver's reply line if it is one JSON object with a string ``reply``.
+
+    Parsed whole when that costs at most ``PARSE_MOST``; a longer line (a
+    large ``read``) would cost ~24 times its bytes as Python objects, so it is
+    checked for its shape, at no cost beyond the line.
+    """
+    data = text.encode("utf-8") if isinstance(text, str) else text
+    if parse_cost(data) > PARSE_MOST:
+        if _REPLY_SHAPE.match(data) and data.rstrip().endswith(b"}"):
+            return data
+        raise DriverFailed(f"the driver answered something that is not a reply: {data[:200]!r}")
     try:
-        value = json.loads(text)
+        value = json.loads(data)
     except ValueError as exc:
-        raise DriverFailed(f"the driver answered something that is not JSON: {text[:200]!r}") from exc
+        raise DriverFailed(f"the driver answered something that is not JSON: {data[:200]!r}") from exc
     if not isinstance(value, dict) or not isinstance(value.get("reply"), str):
-        raise DriverFailed(f"the driver answered something that is not a reply: {text[:200]!r}")
-    return text
+        raise DriverFailed(f"the driver answered something that is not a reply: {data[:200]!r}")
+    return data
 
 
 class _Watch:
     """One armed deadline: the process is killed at it unless disarmed first."""
 
     def __init__(self, proc: ServeProcess, at: float) -> None:
-        self.proc = proc
+        self.proc: ServeProcess | None = proc
         self.at = at
         self.done = False
         self.fired = False
 
     def disarm(self) -> bool:
-        """Stop watching; whether the kill already happened."""
+        """Stop watching; whether the kill already happened.
+
+        The process is let go at once (not kept until the deadline), so a
+        driver the pool stops is freed with its pipes whatever the call's time.
+        """
         with _Watchdog.lock:
-            self.done = True
+            if not self.done:
+                self.done = True
+                self.proc = None
+                _WATCHDOG.dropped()
             return self.fired
 
 
@@ -131,14 +163,20 @@ class _Watchdog:
     waiting for its line). One thread for every call: arming or disarming a
     deadline wakes nobody, so a call costs no thread switch of its own.
     Exactly one of ``disarm`` and the kill wins.
+
+    A disarmed watch holds no process, and the heap is rebuilt without the
+    disarmed ones once they are most of it: its size stays within twice the
+    calls under way (plus a few), whatever the call timeout.
     """
 
     lock = threading.Lock()
+    COMPACT_AT = 64  # disarmed entries tolerated before a rebuild is considered
 
     def __init__(self) -> None:
         self._cond = threading.Condition(self.lock)
         self._heap: list[tuple[float, int, _Watch]] = []
         self._seq = 0
+        self._disarmed = 0  # disarmed watches still in the heap
         self._thread: threading.Thread | None = None
 
     def arm(self, proc: ServeProcess, seconds: float) -> _Watch:
@@ -153,6 +191,19 @@ class _Watchdog:
                 self._cond.notify()
         return watch
 
+    def dropped(self) -> None:
+        """Under the lock: one more watch was disarmed; rebuild the heap once most are."""
+        self._disarmed += 1
+        if self._disarmed > self.COMPACT_AT and 2 * self._disarmed > len(self._heap):
+            self._heap = [entry for entry in self._heap if not entry[2].done]
+            heapq.heapify(self._heap)
+            self._disarmed = 0
+
+    def size(self) -> int:
+        """Watches held (armed and not yet dropped disarmed ones), for tests."""
+        with self._cond:
+            return len(self._heap)
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -160,16 +211,19 @@ class _Watchdog:
                     self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
                 _, _, watch = heapq.heappop(self._heap)
                 if watch.done:
+                    self._disarmed -= 1
                     continue
                 watch.done = watch.fired = True
-            watch.proc.kill()
+                proc, watch.proc = watch.proc, None
+            if proc is not None:
+                proc.kill()
 
 
 _WATCHDOG = _Watchdog()
 
 
 class DriverPool:
-    """At most ``max_drivers`` driver processes, shared by every agent of a bridge."""
+    """At most ``max_drivers`` driver processes, shared fairly by every agent of a bridge (``places``)."""
 
     def __init__(
         self,
@@ -177,103 +231,67 @@ class DriverPool:
         contract: Contract,
         max_drivers: int = 4,
         call_timeout: float = 30.0,
+        quantum: int = QUANTUM,
+        max_reply_bytes: int = 17 * 1024 * 1024,
     ) -> None:
         self.program = program
+        self.max_reply_bytes = max_reply_bytes
         self.contract = contract
         self.max_drivers = max_drivers
         self.call_timeout = call_timeout
-        self._cond = threading.Condition()
-        self._places = 0  # processes alive (idle or busy) plus call-mode runs under way
-        self._idle: list[tuple[Hashable, ServeProcess]] = []  # longest idle first
+        self.places: Places[ServeProcess] = Places(max_drivers, quantum)
+        self._lock = threading.Lock()
         self._busy: set[ServeProcess] = set()
-        self._waiting: dict[Hashable, int] = {}  # calls waiting for a place, per agent
-        self._closed = False
 
-    # -- places ------------------------------------------------------------
+    def _take_place(self, key: Hashable, deadline: float) -> Grant[ServeProcess]:
+        try:
+            grant = self.places.take(key, deadline)
+        except NoPlace as exc:
+            raise NoDriverFree(f"all {self.max_drivers} drivers stayed busy for {self.call_timeout:g} s") from exc
+        except PlacesClosed as exc:
+            raise DriverFailed(str(exc)) from exc
+        if grant.proc is not None:
+            with self._lock:
+                self._busy.add(grant.proc)
+        return grant
 
-    def _take_place(self, key: Hashable, deadline: float) -> tuple[ServeProcess | None, list[ServeProcess]]:
-        """Under the lock: an idle process of ``key``, or a free place (None).
-
-        Also returns processes to stop outside the lock: dead idle ones found
-        on the way, or the longest idle one of another agent, evicted to make
-        room. An evicted process's place passes straight to this caller; a
-        process some call of its own agent is waiting for is never evicted, so
-        agents' calls do not churn each other's processes.
-        """
-        drop: list[ServeProcess] = []
-        with self._cond:
-            while True:
-                if self._closed:
-                    raise DriverFailed("the bridge is stopping")
-                for i, (k, proc) in enumerate(self._idle):
-                    if k == key:
-                        del self._idle[i]
-                        if proc.alive():
-                            self._busy.add(proc)
-                            return proc, drop
-                        self._places -= 1  # it died while idle (killed, crashed)
-                        drop.append(proc)
-                        break
-                else:
-                    if self._places < self.max_drivers:
-                        self._places += 1
-                        return None, drop
-                    victim = next((i for i, (k, _) in enumerate(self._idle) if not self._waiting.get(k)), None)
-                    if victim is not None:
-                        drop.append(self._idle.pop(victim)[1])
-                        return None, drop
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise NoDriverFree(f"all {self.max_drivers} drivers stayed busy for {self.call_timeout:g} s")
-                    self._waiting[key] = self._waiting.get(key, 0) + 1
-                    try:
-                        self._cond.wait(remaining)
-                    finally:
-                        self._waiting[key] -= 1
-                        if not self._waiting[key]:
-                            del self._waiting[key]
-
-    def _give_back(self, key: Hashable, proc: ServeProcess | None, keep: bool) -> None:
-        """Return a place; a healthy serve process stays idle for its agent.
+    def _give_back(self, grant: Grant[ServeProcess], proc: ServeProcess | None, keep: bool) -> None:
+        """Return a place; a healthy serve process is passed on or kept idle for its agent.
 
         One that failed is killed; a healthy one the stopping bridge no longer
         keeps is let go at end of stdin, as every serve process ends.
         """
-        with self._cond:
-            kept = proc is not None and keep and not self._closed and proc.alive()
-            if proc is not None:
+        if proc is not None:
+            with self._lock:
                 self._busy.discard(proc)
-            if kept and proc is not None:  # (kept implies a process: for the type checker)
-                self._idle.append((key, proc))
-            else:
-                self._places -= 1
-            self._cond.notify_all()
-        if proc is not None and not kept:
-            if keep:
-                proc.close(timeout=5.0)
-            else:
-                proc.kill()
+        healthy = proc is not None and keep and proc.alive()
+        left = self.places.give(grant.key, proc if healthy else None, grant.turns)
+        if proc is not None and not healthy:
+            proc.kill()
+        if left is not None:
+            left.close(timeout=5.0)
 
     # -- calls ---------------------------------------------------------------
 
     def call(self, key: Hashable, env: Mapping[str, str], line: bytes) -> bytes:
         """Answer one request line with the driver's reply line (no newline)."""
         deadline = time.monotonic() + self.call_timeout
-        proc, drop = self._take_place(key, deadline)
-        for old in drop:
+        grant = self._take_place(key, deadline)
+        for old in grant.drop:
             old.close(timeout=2.0)
         if not self.contract.serve:
             try:
                 return self._call_once(env, line)
             finally:
-                self._give_back(key, None, False)
+                self._give_back(grant, None, False)
+        proc = grant.proc
         if proc is None:
             try:
                 proc = ServeProcess(self.program, env)
             except OSError as exc:
-                self._give_back(key, None, False)
+                self._give_back(grant, None, False)
                 raise DriverFailed(f"cannot start the driver: {exc}") from exc
-            with self._cond:
+            with self._lock:
                 self._busy.add(proc)
         keep = False
         try:
@@ -281,12 +299,18 @@ class DriverPool:
             keep = True
             return reply
         finally:
-            self._give_back(key, proc, keep)
+            self._give_back(grant, proc, keep)
 
     def _serve_one(self, proc: ServeProcess, line: bytes) -> bytes:
         watch = _WATCHDOG.arm(proc, self.call_timeout)
         try:
-            text = proc.request_line(line)
+            data = proc.request_bytes(line, most=self.max_reply_bytes)
+        except ReplyTooLong as exc:
+            watch.disarm()
+            raise ReplyOverLimit(
+                f"the driver's reply is over the {self.max_reply_bytes // (1024 * 1024)} MiB "
+                "the bridge passes on; it was not passed on"
+            ) from exc
         except (DriverError, ValueError) as exc:
             if watch.disarm():
                 raise DriverTimeout(f"the driver took past {self.call_timeout:g} s and was stopped") from exc
@@ -294,7 +318,7 @@ class DriverPool:
         if watch.disarm():
             # Answered just as it was killed: the answer stands, the process is gone.
             raise DriverFailed("the driver was stopped at its time limit as it answered")
-        return check_reply_line(text).encode("utf-8")
+        return check_reply_line(data)
 
     def _call_once(self, env: Mapping[str, str], line: bytes) -> bytes:
         try:
@@ -311,25 +335,23 @@ class DriverPool:
                 "driver call exited %d with %d stdout lines; stderr ends: %s", code, len(lines), err[-STDERR_LOGGED:]
             )
             raise DriverFailed(f"call exited {code} with {len(lines)} stdout lines")
-        return check_reply_line(lines[0]).encode("utf-8")
+        return check_reply_line(lines[0])
 
     # -- the end -------------------------------------------------------------
 
     def close(self) -> None:
         """Stop every process: idle ones end at end of stdin, busy ones are killed."""
-        with self._cond:
-            self._closed = True
-            idle = [p for _, p in self._idle]
+        idle = self.places.close()
+        with self._lock:
             busy = list(self._busy)
-            self._places -= len(idle)
-            self._idle.clear()
-            self._cond.notify_all()
         for proc in idle:
             proc.close(timeout=5.0)
         for proc in busy:
             proc.kill()
 
     def counts(self) -> dict[str, int]:
-        """How many places are taken and processes idle (for tests and logs)."""
-        with self._cond:
-            return {"places": self._places, "idle": len(self._idle), "busy": len(self._busy)}
+        """How many places are taken and processes idle or busy (for tests and logs)."""
+        counts = self.places.counts()
+        with self._lock:
+            counts["busy"] = len(self._busy)
+        return counts

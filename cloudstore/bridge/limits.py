@@ -41,6 +41,10 @@ class Limits:
     # per bridge, to fit the longest agent it serves with every character escaped (proof.proof_line_bound).
     max_proof_bytes: int = 4 * KiB
     max_request_bytes: int = 16 * MiB  # a 4 MiB file as base64 in JSON fits with room
+    # The longest reply line the bridge passes on: read from the driver in bounded parts, never
+    # more; a longer one is refused whole (the driver stopped, its surplus with it). Room for an
+    # event as large as a request allows, read back alone (``read`` with ``first``).
+    max_reply_bytes: int = 17 * MiB
     # Bytes that proved calls' request lines may cost at once: buffered while read, the cost of
     # parsing them (cost.parse_cost), and the copies passed to a driver. Over it: busy; a single
     # request that alone would cost more is refused.

@@ -50,7 +50,15 @@ from ..protocol.validate import Agent, shown
 from ..runtime import metrics
 from . import rules
 from .cost import call_cost, parse_cost
-from .drivers import Contract, DriverFailed, DriverPool, DriverTimeout, NoDriverFree, read_contract
+from .drivers import (
+    Contract,
+    DriverFailed,
+    DriverPool,
+    DriverTimeout,
+    NoDriverFree,
+    ReplyOverLimit,
+    read_contract,
+)
 from .gate import Gate
 from .limits import Busy, ByteBudget, CallSlots, Hold, Limits, MiB
 from .lines import LineClosed, LineOverBudget, LineReader, LineTimeout, LineTooLong, finish, send_line
@@ -148,7 +156,10 @@ class StoreBridge:
         if self.contract is None:
             # Not a call: a slow first start (an SDK's imports) must not stop the bridge starting.
             self.contract = read_contract(self.driver, self.driver_env, max(self.limits.call_timeout, 30.0))
-        self.pool = DriverPool(self.driver, self.contract, self.limits.max_drivers, self.limits.call_timeout)
+        self.pool = DriverPool(
+            self.driver, self.contract, self.limits.max_drivers, self.limits.call_timeout,
+            max_reply_bytes=self.limits.max_reply_bytes,
+        )
         soft, hard, open_now, most = fd_room(self.limits)
         pinned = pin_mmap_threshold()
         self._sock, self._ident = listen_private(self.socket_path, LISTEN_BACKLOG)
@@ -350,10 +361,23 @@ class StoreBridge:
             log.warning("%s of %s: %s", op, _name(spec.agent), exc)
             CALLS.inc(op, "busy")
             return self._error(f"busy: {exc}")
+        except ReplyOverLimit as exc:
+            log.warning("%s of %s: %s", op, _name(spec.agent), exc)
+            CALLS.inc(op, "refused")
+            return self._error(f"refused: {exc}; {_what_changed(op)}")
         except DriverFailed as exc:
             log.warning("%s of %s: driver failed: %s", op, _name(spec.agent), exc)
             CALLS.inc(op, "driver")
             return self._error(f"driver: {exc}")
+        # The reply is held until sent: counted in the budget with the request, beyond a small one.
+        if len(reply) > SMALL_REPLY and not hold.resize(hold.size + len(reply)):
+            del reply
+            self._log(logging.WARNING, "budget", "busy for %s: no room to hold a reply", _name(spec.agent))
+            CALLS.inc(op, "busy")
+            return self._error(
+                f"busy: replies and requests under way already hold the bridge's memory budget "
+                f"({self.budget.total / MiB:.0f} MiB); {_what_changed(op)}"
+            )
         log.debug("%s of %s answered", op, _name(spec.agent))
         CALLS.inc(op, "answered")
         return reply
@@ -378,6 +402,20 @@ def _ops() -> frozenset[str]:
 def _op_label(op: object) -> str:
     """A request's op as a metrics label: a known op's name, else "other" (a caller's string is never kept)."""
     return op if isinstance(op, str) and op in _ops() else "other"
+
+
+SMALL_REPLY = 64 * 1024  # a reply this short is held outside the budget (counted per call in the bound)
+
+#: Ops that change nothing stored: for them a reply not passed on can say so.
+READ_ONLY_OPS = frozenset(
+    {"read", "last", "threads", "leases", "job_get", "job_list", "job_count", "file_read", "file_list", "tools_read",
+     "tools_list"}
+)
+
+
+def _what_changed(op: str) -> str:
+    """What a caller may know of a call whose reply was not passed on."""
+    return "nothing was changed" if op in READ_ONLY_OPS else "outcome unknown: the driver may have acted on it"
 
 
 def _name(agent: Agent) -> str:

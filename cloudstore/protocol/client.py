@@ -68,6 +68,10 @@ class DriverError(CloudstoreError):
     changed = None
 
 
+class ReplyTooLong(DriverError):
+    """The reply line is longer than the reader takes; only its first part was read."""
+
+
 def call_once(
     program: str | Sequence[str],
     request: Json | bytes,
@@ -122,23 +126,46 @@ class ServeProcess:
             env=driver_env(env),
         )
         self._lock = threading.Lock()
+        self._ended = False  # killed or closed: its pipes are to be closed
 
     def request_line(self, line: bytes, timeout: float | None = None) -> str:
         """Send one raw line (newline added); the raw reply line, newline stripped."""
+        return self.request_bytes(line, timeout).decode("utf-8")
+
+    def request_bytes(self, line: bytes, timeout: float | None = None, most: int | None = None) -> bytes:
+        """Send one raw line; the reply line's bytes, newline stripped.
+
+        With ``most``, at most that many bytes of reply are read (ReplyTooLong
+        past it, the rest left in the pipe: the caller is to drop the process),
+        so a reply never costs more than ``most`` to hold.
+        """
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        with self._lock:
-            try:
-                self.proc.stdin.write(line.rstrip(b"\n") + b"\n")
-                self.proc.stdin.flush()
-            except (BrokenPipeError, OSError) as exc:
-                raise DriverError(f"driver gone: {exc}") from exc
-            if timeout is None:
-                reply = self.proc.stdout.readline()
-            else:
-                reply = _readline_within(self.proc, timeout)
+        try:
+            with self._lock:
+                try:
+                    self.proc.stdin.write(line.rstrip(b"\n") + b"\n")
+                    self.proc.stdin.flush()
+                except (BrokenPipeError, OSError, ValueError) as exc:
+                    raise DriverError(f"driver gone: {exc}") from exc
+                try:
+                    if most is not None:
+                        reply = self.proc.stdout.readline(most + 1)
+                        if len(reply) > most and not reply.endswith(b"\n"):
+                            raise ReplyTooLong(f"the driver's reply line is over {most} bytes")
+                    elif timeout is None:
+                        reply = self.proc.stdout.readline()
+                    else:
+                        reply = _readline_within(self.proc, timeout)
+                except (OSError, ValueError) as exc:
+                    raise DriverError(f"driver gone: {exc}") from exc
+        finally:
+            # Killed while this request held the lock: its pipes are closed now. (The
+            # killer sets ``_ended`` before it tries the lock, so one of the two closes them.)
+            if self._ended:
+                self._release_pipes()
         if not reply:
             raise DriverError(f"driver closed its stdout (exit {self.proc.poll()})")
-        return reply.decode("utf-8").rstrip("\n")
+        return reply.rstrip(b"\n")
 
     def request(self, request: Json, timeout: float | None = None) -> Json:
         """Send one request; its reply as JSON."""
@@ -152,22 +179,57 @@ class ServeProcess:
         return self.proc.poll() is None
 
     def close(self, timeout: float = 5.0) -> int:
-        """End stdin and wait; the exit code (killed past ``timeout``)."""
+        """End stdin and wait; the exit code (killed past ``timeout``).
+
+        Every pipe is closed once the process has ended, so a process that
+        is let go leaves no descriptor behind, however long this object lives.
+        """
+        self._close_stdin()
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self._release_pipes()
+        return code
+
+    def kill(self) -> None:
+        """Kill and reap the process, and close its pipes (see ``_release_pipes``)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._release_pipes()
+
+    def _close_stdin(self) -> None:
         if self.proc.stdin and not self.proc.stdin.closed:
             try:
                 self.proc.stdin.close()
             except OSError:
                 pass
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait()
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
+    def _release_pipes(self) -> None:
+        """Close stdin and stdout once the process is gone.
+
+        A request in flight holds ``_lock`` and may be blocked on a pipe (the
+        watchdog kills a process while its caller waits for the line); closing
+        a buffered pipe waits for its reader, so then the request closes them
+        itself as it ends (``request_line``'s ``finally``).
+        """
+        self._ended = True
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._close_pipes()
+        finally:
+            self._lock.release()
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None and not pipe.closed:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
 
     def __enter__(self) -> ServeProcess:
         return self

@@ -6,7 +6,8 @@ Environment:
   FAKE_CONTRACT  the contract JSON it prints (default {"version": 1, "serve": true})
   FAKE_RECORD    a file to which every request received is appended as a JSON line
                  (pid, mode, op, agent, thread, store_dir): proof that a driver ran, or not
-  FAKE_GATE      a path; a request for thread "gate" waits until this file exists
+  FAKE_GATE      a path; a request for thread "gate" waits until this file exists,
+                 one for "gate-x" until FAKE_GATE + "-x" exists
 
 The request's "thread" picks the behaviour: "hang" never answers, "junk"
 answers a line that is not JSON, "die" exits without answering, "error"
@@ -59,11 +60,15 @@ def answer(mode: str, line: bytes) -> None:
     elif thread == "junk":
         print("this is not JSON", flush=True)
         return
+    elif isinstance(thread, str) and thread.startswith("big-"):
+        pad = "x" * int(thread[4:])  # "big-N": a reply line of N bytes and a little more
+        print(json.dumps({"reply": "events", "events": [], "pad": pad}), flush=True)
+        return
     elif thread == "error":
         print(json.dumps({"reply": "error", "error": "fake driver error"}), flush=True)
         return
-    elif thread == "gate":
-        gate = os.environ["FAKE_GATE"]
+    elif isinstance(thread, str) and thread.startswith("gate"):
+        gate = os.environ["FAKE_GATE"] + thread[4:]  # "gate-x" waits for its own gate
         while not os.path.exists(gate):
             time.sleep(0.01)
     reply = {"reply": "done", "pid": os.getpid(), "store_dir": os.environ.get("LNK_STORE_DIR"), "n": COUNT}
