@@ -717,7 +717,7 @@ def retry_transient(policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable
     The one retry loop over a backend: the seam's and any tool that talks to a
     backend directly (``admin.migrate`` copies framed bytes) retry alike.
     """
-    began = time.monotonic()
+    began = _now()
     try:  # the first try, made always: most requests need no other, nor tenacity's machinery
         return fn()
     except Transient as exc:
@@ -729,7 +729,7 @@ def retry_transient(policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable
     if op_ends is not None:  # inside an op's window: what is left of it
         deadline = min(deadline, op_ends - began)
     # The loop below judges its stop and waits from its own start: the first try's time is spent.
-    deadline = max(0.0, deadline - (time.monotonic() - began))
+    deadline = max(0.0, deadline - (_now() - began))
     replayed = [False]
 
     def tried() -> T:
