@@ -64,6 +64,10 @@ settings (environment):
   LNK_STORE_LOG           log level on stderr: DEBUG (each request's op, reply, bucket
                           requests and time; never a credential), INFO, WARNING (default),
                           ERROR
+  LNK_OP_SECONDS          each request's whole time on the store, in seconds (default 20): its
+                          requests, retries and waits share it, and once it is spent no more
+                          is sent (the error says whether anything was changed); the store
+                          bridge sets it inside its call limit
   LNK_WAKE_DIR            folder of this machine's scheduler runners' sockets, nudged
                           when a job enters waiting (default /tmp/lnk-wake)
   LNK_LOG_FORMAT          json: each log line on stderr is one JSON object (time, level,

@@ -30,6 +30,7 @@ from .generations import (
     Throttled,
     Transient,
     Update,
+    try_timeout,
 )
 from .http_status import http_retry_after, is_refusal, meaning, refused
 
@@ -185,6 +186,8 @@ class GCSBackend:
             self.client._bucket_metadata_cache = None
         self.bucket = self.client.bucket(bucket)
         self.bucket_name = bucket
+        # Each request's own timeout, cut to what is left of the op's window (``try_timeout``): a try
+        # begun near the op's end must not outlast it.  (S3 sets its read timeout per client: see s3.py.)
         self.timeout = timeout
         self.clock = StoreClock(probe=probe_by_reading(self.get))
         # Every reply's Date header tells the store's time (see clock.py).
@@ -215,7 +218,8 @@ class GCSBackend:
                 raise ValueError(f"head must be at least 1, not {head}")
             span = {"start": 0, "end": head - 1}
         try:
-            data = blob.download_as_bytes(timeout=self.timeout, retry=self._no_retry, checksum=None, **span)
+            data = blob.download_as_bytes(
+                timeout=try_timeout(self.timeout), retry=self._no_retry, checksum=None, **span)
         except Exception as exc:  # noqa: BLE001 - classified below
             if head is not None and getattr(exc, "code", None) == 416:
                 whole = self.get(key)  # a zero-length object (or gone since): ask without a range
@@ -238,7 +242,7 @@ class GCSBackend:
                 raw,
                 content_type="application/octet-stream",
                 if_generation_match=match,
-                timeout=self.timeout,
+                timeout=try_timeout(self.timeout),
                 retry=self._no_retry,
                 checksum=None,
             )
@@ -254,7 +258,7 @@ class GCSBackend:
         try:
             blob.delete(
                 if_generation_match=int(version) if version is not None else None,
-                timeout=self.timeout,
+                timeout=try_timeout(self.timeout),
                 retry=self._no_retry,
             )
         except Exception as exc:  # noqa: BLE001
@@ -269,7 +273,7 @@ class GCSBackend:
                 prefix=prefix,
                 start_offset=start_after,
                 max_results=(limit + extra) if limit is not None else None,
-                timeout=self.timeout,
+                timeout=try_timeout(self.timeout),
                 retry=self._no_retry,
                 fields="items(name,updated,generation,size),nextPageToken",
             )
@@ -289,7 +293,7 @@ class GCSBackend:
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         try:
             it = self.client.list_blobs(
-                self.bucket_name, prefix=prefix, delimiter="/", timeout=self.timeout, retry=self._no_retry,
+                self.bucket_name, prefix=prefix, delimiter="/", timeout=try_timeout(self.timeout), retry=self._no_retry,
                 fields="items(name),prefixes,nextPageToken",
             )
             names = {b.name[len(prefix):] for b in it}

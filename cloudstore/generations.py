@@ -370,6 +370,9 @@ class RetryPolicy:
     throttle_delay: float = 0.25
 
 
+#: The clock of op windows (time.monotonic); a test replaces it to spend an op's time without waiting.
+_now: Callable[[], float] = time.monotonic
+
 #: When the op being answered must be done by (time.monotonic()), or None outside any op window.
 _op_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("lnk_op_deadline", default=None)
 
@@ -385,11 +388,41 @@ def op_deadline(seconds: float) -> Iterator[None]:
     if _op_deadline.get() is not None:
         yield
         return
-    token = _op_deadline.set(time.monotonic() + seconds)
+    token = _op_deadline.set(_now() + seconds)
     try:
         yield
     finally:
         _op_deadline.reset(token)
+
+
+def op_time_left() -> float | None:
+    """Seconds left of the op's window (negative once spent), or None outside any op window."""
+    ends = _op_deadline.get()
+    return None if ends is None else ends - _now()
+
+
+#: The least timeout a try is given: a try is sent whole or not at all, never with a timeout of nothing.
+MIN_TRY_TIMEOUT = 0.05
+
+
+def try_timeout(own: float) -> float:
+    """A backend request's timeout: its own (``own``), cut to what is left of the op's window.
+
+    Without it a try begun a moment before the window ends still waits its
+    full read timeout (10 s), and the op's time runs past the bridge's call
+    limit: the bridge stops the driver and nobody learns the op's fate from it.
+    """
+    left = op_time_left()
+    return own if left is None else max(MIN_TRY_TIMEOUT, min(own, left))
+
+
+class OpTimeUp(StoreError):
+    """The op's window was spent before its next request: that request is not sent.
+
+    Raised by ``RetryingStore._request``; its ``_retry`` turns it into a
+    ``StoreUnavailable`` saying whether an earlier try of the same request may
+    have landed, and ``Service.answer`` words the whole op's effect.
+    """
 
 
 class _NotWaited(Exception):
@@ -452,6 +485,10 @@ class RetryingStore:
 
     def _request(self, fn: Callable[[], T], is_write: bool = False) -> T:
         """One backend request, counted; a write not refused by the store counts as a change."""
+        left = op_time_left()
+        if left is not None and left <= 0:  # the op's time is spent: send nothing more, a write least of all
+            request = "write" if is_write else "request"
+            raise OpTimeUp(f"the op's time (LNK_OP_SECONDS) ran out before its next {request}")
         with self._count_lock:
             self.requests += 1
             if self.requests == self.die_at:
@@ -502,6 +539,9 @@ class RetryingStore:
 
         try:
             return retry_transient(self.policy, tried, self._retried)
+        except OpTimeUp as exc:  # an earlier try of this request may have landed: then say so
+            unknown = is_write and maybe_landed[0]
+            raise StoreUnavailable(f"{exc}{'; outcome unknown' if unknown else ''}", unknown) from exc
         except Transient as exc:
             log.debug("gave up on %s: %r", what, exc.__cause__ or exc)
             unknown = is_write and maybe_landed[0]
@@ -510,7 +550,9 @@ class RetryingStore:
                 raise StoreUnavailable(
                     f"the store kept refusing the request for its rate until the deadline ({what}: {exc})", False
                 ) from exc
-            raise StoreUnavailable(f"the store kept failing ({what}: {exc}){state}", unknown) from exc
+            left = op_time_left()
+            until = " until the op's time (LNK_OP_SECONDS) ran out" if left is not None and left <= 0 else ""
+            raise StoreUnavailable(f"the store kept failing{until} ({what}: {exc}){state}", unknown) from exc
 
     # -- reads
 
@@ -684,7 +726,7 @@ def retry_transient(policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable
     The one retry loop over a backend: the seam's and any tool that talks to a
     backend directly (``admin.migrate`` copies framed bytes) retry alike.
     """
-    began = time.monotonic()
+    began = _now()
     try:  # the first try, made always: most requests need no other, nor tenacity's machinery
         return fn()
     except Transient as exc:
@@ -696,7 +738,7 @@ def retry_transient(policy: RetryPolicy, fn: Callable[[], T], on_retry: Callable
     if op_ends is not None:  # inside an op's window: what is left of it
         deadline = min(deadline, op_ends - began)
     # The loop below judges its stop and waits from its own start: the first try's time is spent.
-    deadline = max(0.0, deadline - (time.monotonic() - began))
+    deadline = max(0.0, deadline - (_now() - began))
     replayed = [False]
 
     def tried() -> T:

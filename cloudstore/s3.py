@@ -229,6 +229,14 @@ class S3Backend:
     ``client`` is boto3's by default; ``cloudstore.aio`` passes a client of the
     same shape whose calls run on aiobotocore, so that every request is built,
     sent and its failure mapped by this one class.
+
+    Unlike GCS, a try here is not cut to what is left of the op's window
+    (``generations.try_timeout``): botocore takes its read timeout from the
+    client's ``Config``, not per request, and a client per timeout would cost
+    a client's making (and its connection pool) per try.  So a try begun near
+    the window's end may wait its full ``timeout``; the window still stops the
+    op's next request, and the bridge, past its call limit, answers ``outcome
+    unknown``.
     """
 
     label = "s3"  # its kind, in metrics

@@ -8,13 +8,14 @@ bucket, prefix or folder is the operator's to see, not the caller's.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from .errors import SettingError
-from .generations import FAILPOINT, Backend, RetryingStore
+from .generations import FAILPOINT, Backend, RetryingStore, RetryPolicy
 
 __all__ = ["Location", "SettingError", "open_backend", "open_store", "parse_location"]  # SettingError is errors.py's
 
@@ -87,17 +88,43 @@ def open_backend(location: Location, create: bool = True, setting: str = "the fi
         raise SettingError(f"{setting} names a store that cannot be opened: {exc}") from None
 
 
+#: The setting that bounds each op's whole time (seconds); the store bridge sets it inside its call limit.
+OP_SECONDS = "LNK_OP_SECONDS"
+
+
+def retry_policy(value: str | None) -> RetryPolicy:
+    """The retry policy of a driver's store: ``LNK_OP_SECONDS`` (when set) is each op's whole budget.
+
+    An op's requests, their retries and each try's timeout share that one
+    window (``RetryingStore.op_window``), and the op sends no request once it
+    is spent.  The bridge sets it to two thirds of its call limit, so an op
+    stops, and says what it did, before the bridge would stop the driver.
+    """
+    if value is None or value == "":
+        return RetryPolicy()
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not (seconds > 0 and math.isfinite(seconds)):  # nan fails too
+        raise SettingError(f"{OP_SECONDS} is malformed: it must be a number of seconds above 0")
+    return RetryPolicy(deadline=seconds)
+
+
 def open_store(location: Location, create: bool = True, setting: str = "the file:// URL",
                eager_probe: bool = True) -> RetryingStore:
     """The retrying, framing store every collection writes through, gated (``store_gate``).
 
+    ``LNK_OP_SECONDS`` bounds each op's time (``retry_policy``).
     ``LNK_STORE_FAILPOINT=N`` (tests only) makes the process kill itself
     before its Nth store request, to prove every op whole after a crash.
     """
     from .gate.store_gate import guard
 
     die_at = os.environ.get(FAILPOINT, "")
-    store = RetryingStore(open_backend(location, create, setting), die_at=int(die_at) if die_at.isdigit() else None)
+    policy = retry_policy(os.environ.get(OP_SECONDS))
+    store = RetryingStore(open_backend(location, create, setting), policy,
+                          die_at=int(die_at) if die_at.isdigit() else None)
     # The format record and the server's preconditions, checked first; ``eager_probe`` False: the server
     # is probed only before a first write (a tool whose commands may only read: store_gate.py).
     return guard(store, location.prefix, eager_probe)

@@ -45,9 +45,19 @@ class DriverTimeout(CloudstoreError):
 
 
 class DriverFailed(CloudstoreError):
-    """The driver died or did not answer one JSON reply line (what it did: ``changed`` is None)."""
+    """The driver died or did not answer one JSON reply line (what it did: ``changed`` is None).
 
-    changed = None
+    ``sent`` False: the driver never ran (it could not be started), so the
+    request reached no driver and certainly nothing was changed.
+    """
+
+    changed: bool | None = None
+
+    def __init__(self, message: str, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
+        if not sent:
+            self.changed = False
 
 
 class ReplyOverLimit(DriverFailed):
@@ -249,7 +259,7 @@ class DriverPool:
         except NoPlace as exc:
             raise NoDriverFree(f"all {self.max_drivers} drivers stayed busy for {self.call_timeout:g} s") from exc
         except PlacesClosed as exc:
-            raise DriverFailed(str(exc)) from exc
+            raise DriverFailed(str(exc), sent=False) from exc
         if grant.proc is not None:
             with self._lock:
                 self._busy.add(grant.proc)
@@ -290,7 +300,7 @@ class DriverPool:
                 proc = ServeProcess(self.program, env)
             except OSError as exc:
                 self._give_back(grant, None, False)
-                raise DriverFailed(f"cannot start the driver: {exc}") from exc
+                raise DriverFailed(f"cannot start the driver: {exc}", sent=False) from exc
             with self._lock:
                 self._busy.add(proc)
         keep = False
@@ -327,7 +337,7 @@ class DriverPool:
             raise DriverTimeout(f"the driver took past {self.call_timeout:g} s and was stopped") from exc
         except OSError as exc:
             log.warning("cannot run the driver: %s", exc)
-            raise DriverFailed(f"cannot run the driver ({type(exc).__name__})") from exc
+            raise DriverFailed(f"cannot run the driver ({type(exc).__name__})", sent=False) from exc
         if code != 0 or len(lines) != 1:
             # The driver's stderr is the operator's, not the caller's: it may name
             # folders, endpoints and buckets. It goes to the bridge's log, cut short.

@@ -34,6 +34,11 @@ class Limits:
     max_drivers: int = 4  # driver processes at once, kept or run once
     request_timeout: float = 5.0  # from connecting to the proof, and from the proof to the request line
     call_timeout: float = 30.0  # one driver call; also the longest wait for a free driver
+    # Each op's whole time in the driver (LNK_OP_SECONDS, which the bridge sets): None is two thirds of
+    # call_timeout (20 s of 30), leaving the rest for a driver's start and its reply, so an op stops
+    # and says what it did before the bridge would stop it.  Settable for tests (above call_timeout,
+    # the bridge stops calls first).
+    op_seconds: float | None = None
     # Connections not yet proved, held at once (also cut to fit the fd limit at start). One more
     # evicts the oldest of them: a flood can never lock out a prompt caller, it only churns itself.
     max_pending: int = 1024
@@ -53,6 +58,12 @@ class Limits:
     # and connections, ``metrics.Exporter.descriptors``): kept free, beside the bridge's own reserve,
     # when the fd limit cuts ``max_pending``.
     reserved_fds: int = 0
+
+
+    @property
+    def op_budget(self) -> float:
+        """The seconds the driver gives each op (``LNK_OP_SECONDS``): inside ``call_timeout``."""
+        return self.op_seconds if self.op_seconds is not None else self.call_timeout * 2 / 3
 
 
 class Busy(CloudstoreError):

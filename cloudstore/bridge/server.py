@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from ..protocol.client import dumps
 from ..protocol.validate import Agent, shown
 from ..runtime import metrics
+from ..settings import OP_SECONDS
 from . import rules
 from .cost import call_cost, parse_cost
 from .drivers import (
@@ -347,7 +348,8 @@ class StoreBridge:
             log.warning("refused a call of %s: %s", _name(spec.agent), exc)
             CALLS.inc("", "refused")
             return self._error(f"refused: {exc}")
-        env = {**self.driver_env, "LNK_STORE_DIR": spec.store_dir}
+        # The op's budget inside the call's limit: the driver stops an op, and says what it did, first.
+        env = {**self.driver_env, "LNK_STORE_DIR": spec.store_dir, OP_SECONDS: f"{self.limits.op_budget:g}"}
         op = _op_label(request.get("op"))
         del request
         hold.resize(min(hold.size, call_cost(line)))
@@ -356,7 +358,7 @@ class StoreBridge:
         except DriverTimeout as exc:
             log.warning("%s of %s: %s", op, _name(spec.agent), exc)
             CALLS.inc(op, "timeout")
-            return self._error(f"timeout: {exc}")
+            return self._error(f"timeout: {exc}; {stopped_outcome(op)}")
         except NoDriverFree as exc:
             log.warning("%s of %s: %s", op, _name(spec.agent), exc)
             CALLS.inc(op, "busy")
@@ -368,7 +370,7 @@ class StoreBridge:
         except DriverFailed as exc:
             log.warning("%s of %s: driver failed: %s", op, _name(spec.agent), exc)
             CALLS.inc(op, "driver")
-            return self._error(f"driver: {exc}")
+            return self._error(f"driver: {exc}; {stopped_outcome(op) if exc.sent else _words()[1]}")
         # The reply is held until sent: counted in the budget with the request, beyond a small one.
         if len(reply) > SMALL_REPLY and not hold.resize(hold.size + len(reply)):
             del reply
@@ -399,6 +401,32 @@ def _ops() -> frozenset[str]:
     return frozenset(OPS)
 
 
+#: Ops whose driver provably writes nothing, whatever happens: their calls stopped midway changed nothing.
+#: None yet: every op may write, reads included (the store gate's server probe on a process's first op,
+#: the packing a read leaves, an index entry a read repairs), so every stopped call says outcome unknown.
+NEVER_WRITE: frozenset[str] = frozenset()
+
+
+@functools.cache
+def _words() -> tuple[str, str]:
+    """The drivers' own words (service.py): (outcome unknown, nothing was changed), read once."""
+    from ..protocol.service import UNCHANGED_WORDS, UNKNOWN_WORDS
+
+    return UNKNOWN_WORDS, UNCHANGED_WORDS
+
+
+def stopped_outcome(op: str) -> str:
+    """What a call the bridge stopped (its time, the driver's death) means for the store, in the drivers' words.
+
+    The driver may have sent any of the op's writes before it was stopped, so
+    its fate is unknown, unless the op never writes (``NEVER_WRITE``).
+    ``cloudstore.errors.from_reply`` and any caller reading by the protocol's
+    Errors rule then know not to take the call as one that changed nothing.
+    """
+    unknown, unchanged = _words()
+    return unchanged if op in NEVER_WRITE else unknown
+
+
 def _op_label(op: object) -> str:
     """A request's op as a metrics label: a known op's name, else "other" (a caller's string is never kept)."""
     return op if isinstance(op, str) and op in _ops() else "other"
@@ -414,7 +442,10 @@ READ_ONLY_OPS = frozenset(
 
 
 def _what_changed(op: str) -> str:
-    """What a caller may know of a call whose reply was not passed on."""
+    """What a caller may know of a call whose reply the driver wrote whole but the bridge did not pass on.
+
+    Unlike a call stopped midway (``stopped_outcome``), the op ran to its end: a read op's end leaves
+    the store as its reader sees it, so only the ops that may change what a reader sees say unknown."""
     return "nothing was changed" if op in READ_ONLY_OPS else "outcome unknown: the driver may have acted on it"
 
 
