@@ -16,6 +16,10 @@ non-JSON file) is a usage error: the reason, naming the key path
 (``agents[2].owner``), on stderr and exit 2.  A key file that can't be used
 exits 1.  Logs go to stderr; the bridge writes nothing to stdout.
 
+``--shared-drivers`` lets one driver process serve every agent (drivers run
+without ``LNK_STORE_DIR``), for a driver that keeps nothing there: the
+operator's word, as the bridge cannot tell.
+
 Metrics (``--metrics-port``, ``--metrics-file``): the bridge's calls by op and
 outcome, its drivers' counters and latencies (``LNK_METRICS_DIR`` is set for
 them, see ``cloudstore.runtime.metrics``), and the bridge's own ``process_*``
@@ -99,6 +103,14 @@ def _parser() -> argparse.ArgumentParser:
         "--request-timeout", type=float, default=Limits.request_timeout, metavar="S",
         help="seconds a caller has to send its proof line after connecting, and again its request line "
         "after the proof (default: %(default)g; over 0, at most 86400)",
+    )
+    p.add_argument(
+        "--shared-drivers", action="store_true",
+        help="let one driver process serve every agent's calls, for a driver that keeps nothing in "
+        "LNK_STORE_DIR (lnk-gcs and lnk-bucket-store keep nothing on the machine): drivers then run without "
+        "LNK_STORE_DIR, and with more agents than drivers a call reuses a running driver instead of starting "
+        "one; the 4 driver places are still shared fairly by agent (default: off, each driver process is "
+        "started with one agent's folder/chats/ as LNK_STORE_DIR and serves that agent only)",
     )
     p.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -199,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stopped(exporter, 1)
     # The exporter's connections are counted in the descriptors the bridge keeps free for itself.
     limits = Limits(call_timeout=args.call_timeout, request_timeout=args.request_timeout,
-                    reserved_fds=exporter.descriptors if exporter is not None else 0)
+                    reserved_fds=exporter.descriptors if exporter is not None else 0,
+                    shared_drivers=args.shared_drivers)
     driver_env = env_pairs(args.driver_env, "--driver-env", parser.error)
     if as_json:
         driver_env.setdefault(jsonlog.FORMAT_SETTING, "json")  # one stream of JSON lines: the drivers' stderr is ours

@@ -2,12 +2,21 @@
 
 A driver whose contract says ``serve`` is kept running between calls, one
 process answering one call at a time. Each process is started with one
-environment, and ``LNK_STORE_DIR`` differs per agent, so a process serves one
-agent only. Who gets a place, and for how long, is ``places.Places``: a fair
-share per agent, round-robin across agents and FIFO within one, an agent's
-driver reused for its own waiting calls for a turn. A driver without
-``serve`` is run once per call (``call``), and each such run takes one of the
-same places.
+environment, and ``LNK_STORE_DIR`` differs per agent, so by default a process
+serves one agent only. Who gets a place, and for how long, is
+``places.Places``: a fair share per agent, round-robin across agents and FIFO
+within one, an agent's driver reused for its own waiting calls for a turn. A
+driver without ``serve`` is run once per call (``call``), and each such run
+takes one of the same places.
+
+With ``shared`` (the operator's ``--shared-drivers``, for a driver that keeps
+nothing in ``LNK_STORE_DIR``, as this project's cloud drivers keep nothing on
+the machine), drivers run without ``LNK_STORE_DIR`` and a process is keyed by
+its whole environment, the same for every agent: any agent's call reuses any
+idle or handed-on process (each request names its agent, and the bridge has
+checked that name against the proof), so with more agents than places calls
+run at one agent's speed, not a driver start each. Places are still shared
+by agent, as above.
 
 Every failure is turned into one of three exceptions the bridge words as its
 answer: ``DriverTimeout`` (past ``call_timeout``; the process is killed),
@@ -31,11 +40,12 @@ from typing import Any
 from ..errors import CloudstoreError
 from ..protocol.client import DriverError, ReplyTooLong, ServeProcess, call_once, driver_env, program_argv
 from .cost import parse_cost
-from .places import QUANTUM, Grant, NoPlace, Places, PlacesClosed
+from .places import QUANTUM, SHARED_QUANTUM, Grant, NoPlace, Places, PlacesClosed
 
 log = logging.getLogger("cloudstore.bridge")
 
 STDERR_LOGGED = 2000  # characters of a failed call's stderr kept in the bridge's log
+STORE_DIR = "LNK_STORE_DIR"  # the agent's folder for a driver's own things (store-interface.txt)
 
 
 class DriverTimeout(CloudstoreError):
@@ -241,21 +251,39 @@ class DriverPool:
         contract: Contract,
         max_drivers: int = 4,
         call_timeout: float = 30.0,
-        quantum: int = QUANTUM,
+        quantum: int | None = None,
         max_reply_bytes: int = 17 * 1024 * 1024,
+        shared: bool = False,
     ) -> None:
         self.program = program
         self.max_reply_bytes = max_reply_bytes
         self.contract = contract
         self.max_drivers = max_drivers
         self.call_timeout = call_timeout
+        self.shared = shared
+        if quantum is None:
+            quantum = SHARED_QUANTUM if shared else QUANTUM
         self.places: Places[ServeProcess] = Places(max_drivers, quantum)
         self._lock = threading.Lock()
         self._busy: set[ServeProcess] = set()
+        self.started = 0  # driver processes started (serve or call): what sharing saves, for tests and logs
 
-    def _take_place(self, key: Hashable, deadline: float) -> Grant[ServeProcess]:
+    def _kind(self, key: Hashable, env: Mapping[str, str]) -> Hashable:
+        """Which processes may serve a call: its agent's own, or (shared) any started with
+        the same environment but ``LNK_STORE_DIR``, which shared drivers never get."""
+        if not self.shared:
+            return key
+        return tuple(sorted((k, v) for k, v in env.items() if k != STORE_DIR))
+
+    def _env(self, env: Mapping[str, str]) -> tuple[Mapping[str, str], tuple[str, ...]]:
+        """A driver's environment and the names it must not inherit from the bridge's own."""
+        if not self.shared:
+            return env, ()
+        return {k: v for k, v in env.items() if k != STORE_DIR}, (STORE_DIR,)
+
+    def _take_place(self, key: Hashable, kind: Hashable, deadline: float) -> Grant[ServeProcess]:
         try:
-            grant = self.places.take(key, deadline)
+            grant = self.places.take(key, deadline, kind)
         except NoPlace as exc:
             raise NoDriverFree(f"all {self.max_drivers} drivers stayed busy for {self.call_timeout:g} s") from exc
         except PlacesClosed as exc:
@@ -275,7 +303,7 @@ class DriverPool:
             with self._lock:
                 self._busy.discard(proc)
         healthy = proc is not None and keep and proc.alive()
-        left = self.places.give(grant.key, proc if healthy else None, grant.turns)
+        left = self.places.give(grant.key, proc if healthy else None, grant.turns, grant.kind)
         if proc is not None and not healthy:
             proc.kill()
         if left is not None:
@@ -284,20 +312,23 @@ class DriverPool:
     # -- calls ---------------------------------------------------------------
 
     def call(self, key: Hashable, env: Mapping[str, str], line: bytes) -> bytes:
-        """Answer one request line with the driver's reply line (no newline)."""
+        """Answer one request line of agent ``key`` with the driver's reply line (no newline)."""
         deadline = time.monotonic() + self.call_timeout
-        grant = self._take_place(key, deadline)
+        grant = self._take_place(key, self._kind(key, env), deadline)
         for old in grant.drop:
             old.close(timeout=2.0)
+        env, unset = self._env(env)
         if not self.contract.serve:
             try:
-                return self._call_once(env, line)
+                return self._call_once(env, line, unset)
             finally:
                 self._give_back(grant, None, False)
         proc = grant.proc
         if proc is None:
             try:
-                proc = ServeProcess(self.program, env)
+                with self._lock:
+                    self.started += 1
+                proc = ServeProcess(self.program, env, unset=unset)
             except OSError as exc:
                 self._give_back(grant, None, False)
                 raise DriverFailed(f"cannot start the driver: {exc}", sent=False) from exc
@@ -330,9 +361,11 @@ class DriverPool:
             raise DriverFailed("the driver was stopped at its time limit as it answered")
         return check_reply_line(data)
 
-    def _call_once(self, env: Mapping[str, str], line: bytes) -> bytes:
+    def _call_once(self, env: Mapping[str, str], line: bytes, unset: tuple[str, ...] = ()) -> bytes:
+        with self._lock:
+            self.started += 1
         try:
-            lines, err, code = call_once(self.program, line, env, timeout=self.call_timeout)
+            lines, err, code = call_once(self.program, line, env, timeout=self.call_timeout, unset=unset)
         except subprocess.TimeoutExpired as exc:
             raise DriverTimeout(f"the driver took past {self.call_timeout:g} s and was stopped") from exc
         except OSError as exc:
@@ -364,4 +397,5 @@ class DriverPool:
         counts = self.places.counts()
         with self._lock:
             counts["busy"] = len(self._busy)
+            counts["started"] = self.started
         return counts

@@ -58,7 +58,11 @@ class Limits:
     # and connections, ``metrics.Exporter.descriptors``): kept free, beside the bridge's own reserve,
     # when the fd limit cuts ``max_pending``.
     reserved_fds: int = 0
-
+    # Driver processes shared by agents (``--shared-drivers``): the operator's word that the driver
+    # keeps nothing in LNK_STORE_DIR (this project's lnk-gcs and lnk-bucket-store keep nothing on the
+    # machine), so drivers run without it and one process serves any agent's calls; places are still
+    # shared fairly by agent. Off: each process is started with, and serves, one agent's folder.
+    shared_drivers: bool = False
 
     @property
     def op_budget(self) -> float:

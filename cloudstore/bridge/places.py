@@ -1,11 +1,16 @@
 """Which call gets a driver place next: a fair share for every agent, at one agent's speed.
 
-A bridge has ``total`` driver places (4) for every agent it serves. A driver
-process is started with its agent's ``LNK_STORE_DIR`` (the agent's own chats/,
-store-interface.txt "LNK_STORE_DIR") and keeps what it read of that folder, so
-it serves its agent only: another agent's call cannot reuse it, it needs a
-place of its own and a process started there. So sharing places is deciding
-who gets the next free place, and how long one agent keeps one.
+A bridge has ``total`` driver places (4) for every agent it serves. By
+default a driver process is started with its agent's ``LNK_STORE_DIR`` (the
+agent's own chats/, store-interface.txt "LNK_STORE_DIR") and may keep what it
+read of that folder, so it serves its agent only: another agent's call cannot
+reuse it, it needs a place of its own and a process started there. So sharing
+places is deciding who gets the next free place, and how long one agent keeps
+one. Which processes may serve a call is its grant's ``kind``: its agent by
+default; with shared drivers (``Limits.shared_drivers``) one kind for every
+agent, so a place handed to another agent's call hands its process on too.
+Fairness is counted by agent whatever the kind: calls in flight are shared,
+processes are reused.
 
 The rules, applied whenever a place frees while calls wait:
 
@@ -20,10 +25,12 @@ The rules, applied whenever a place frees while calls wait:
 * **A turn of ``quantum`` calls.** An agent below its share keeps its freed
   driver for its own next waiting call, up to ``quantum`` calls in a row, so
   with more agents than places a driver is started once a turn, not once a
-  call; then the place moves on round-robin.
+  call; then the place moves on round-robin. With shared drivers a place
+  handed on keeps its process, so a turn saves no start and the bridge runs
+  them with a turn of one call (``SHARED_QUANTUM``): strict round-robin.
 
-A process goes idle (kept for its agent's next call) only when nobody waits;
-an idle process of another agent is stopped when a call needs its place.
+A process goes idle (kept for its kind's next call) only when nobody waits;
+an idle process of another kind is stopped when a call needs its place.
 This class holds no process of its own making: ``P`` is anything with
 ``alive()`` (``ServeProcess``, or a test's stand-in), so the rules can be
 driven step by step.
@@ -41,6 +48,7 @@ from typing import Generic, Protocol, TypeVar
 from ..errors import CloudstoreError
 
 QUANTUM = 8  # calls in a row on one driver for one agent: an agent's calls at once (the seed's limit)
+SHARED_QUANTUM = 1  # with shared drivers: a hand-off starts no process, so no agent keeps a place for a turn
 
 
 class Process(Protocol):
@@ -60,15 +68,23 @@ class PlacesClosed(CloudstoreError):
 
 @dataclass
 class Grant(Generic[P]):
-    """A place handed to one call: its agent's process to reuse (or None: start one),
+    """A place handed to one call: a process of its kind to reuse (or None: start one),
     processes to stop first (outside any lock), and how many calls in a row of
-    this agent the place has served (to be given back with it)."""
+    this agent the place has served (to be given back with it).
+
+    ``key`` is the agent, whose share the place counts in; ``kind`` says which
+    processes may serve the call (None: the agent's own, ``key``)."""
 
     key: Hashable
     proc: P | None = None
     drop: list[P] = field(default_factory=list)
     turns: int = 1
     granted: bool = False
+    kind: Hashable = None
+
+    def __post_init__(self) -> None:
+        if self.kind is None:
+            self.kind = self.key
 
 
 class Places(Generic[P]):
@@ -79,7 +95,7 @@ class Places(Generic[P]):
         self.quantum = quantum
         self._cond = threading.Condition()
         self._free = total  # places holding no process and no call
-        self._idle: list[tuple[Hashable, P]] = []  # longest idle first; only while nobody waits
+        self._idle: list[tuple[Hashable, P]] = []  # (kind, process), longest idle first; only while nobody waits
         self._held: dict[Hashable, int] = {}  # places held by calls, per agent
         self._queues: dict[Hashable, deque[Grant[P]]] = {}  # waiting calls per agent, oldest first
         self._order: deque[Hashable] = deque()  # agents with waiting calls, next to serve first
@@ -87,13 +103,15 @@ class Places(Generic[P]):
 
     # -- taking --------------------------------------------------------------
 
-    def take(self, key: Hashable, deadline: float) -> Grant[P]:
-        """A place for one call of ``key``, waiting at most until ``deadline`` (NoPlace)."""
+    def take(self, key: Hashable, deadline: float, kind: Hashable = None) -> Grant[P]:
+        """A place for one call of agent ``key``, served by a process of ``kind`` (None:
+        the agent's own), waiting at most until ``deadline`` (NoPlace)."""
+        kind = key if kind is None else kind
         with self._cond:
-            grant = self._take_now(key)
+            grant = self._take_now(key, kind)
             if grant is not None:
                 return grant
-            grant = Grant(key)
+            grant = Grant(key, kind=kind)
             queue = self._queues.setdefault(key, deque())
             if not queue:
                 self._order.append(key)
@@ -109,7 +127,7 @@ class Places(Generic[P]):
                 self._cond.wait(remaining)
             return grant
 
-    def _take_now(self, key: Hashable) -> Grant[P] | None:
+    def _take_now(self, key: Hashable, kind: Hashable) -> Grant[P] | None:
         """Under the lock: a place at once, when nobody waits and one is there."""
         if self._closed:
             raise PlacesClosed("the bridge is stopping")
@@ -117,22 +135,22 @@ class Places(Generic[P]):
             return None  # others wait: places go to them first, in turn
         drop: list[P] = []
         for i, (k, proc) in enumerate(self._idle):
-            if k == key:
+            if k == kind:
                 del self._idle[i]
                 if proc.alive():
                     self._hold(key)
-                    return Grant(key, proc, drop, 1, True)
+                    return Grant(key, proc, drop, 1, True, kind)
                 drop.append(proc)  # it died while idle (killed, crashed): its place is free
                 self._free += 1
                 break
         if self._free > 0:
             self._free -= 1
         elif self._idle:
-            drop.append(self._idle.pop(0)[1])  # the longest idle of an agent nobody waits for
+            drop.append(self._idle.pop(0)[1])  # the longest idle of a kind nobody waits for
         else:
             return None
         self._hold(key)
-        return Grant(key, None, drop, 1, True)
+        return Grant(key, None, drop, 1, True, kind)
 
     def _hold(self, key: Hashable) -> None:
         self._held[key] = self._held.get(key, 0) + 1
@@ -146,10 +164,12 @@ class Places(Generic[P]):
 
     # -- giving back ---------------------------------------------------------
 
-    def give(self, key: Hashable, proc: P | None, turns: int = 1) -> P | None:
-        """End a call's hold of its place: ``proc`` is its healthy process to pass
-        on or keep (None when it has none, or it failed and was stopped). Returns
-        the process for the caller to stop when nobody may keep it (stopping)."""
+    def give(self, key: Hashable, proc: P | None, turns: int = 1, kind: Hashable = None) -> P | None:
+        """End a call's hold of its place: ``proc`` is its healthy process (of ``kind``,
+        None: the agent's own) to pass on or keep (None when it has none, or it
+        failed and was stopped). Returns the process for the caller to stop when
+        nobody may keep it (stopping)."""
+        kind = key if kind is None else kind
         with self._cond:
             left = self._held[key] - 1
             if left:
@@ -159,15 +179,15 @@ class Places(Generic[P]):
             nxt, reused = self._next(key, proc is not None, turns)
             if nxt is None:
                 if proc is not None and not self._closed:
-                    self._idle.append((key, proc))
+                    self._idle.append((kind, proc))
                     return None
                 self._free += 1
                 return proc
             self._unqueue(nxt)
             if reused:
                 nxt.proc, nxt.turns = proc, turns + 1
-            elif nxt.key == key and proc is not None:
-                nxt.proc, nxt.turns = proc, 1  # its own process, a new turn
+            elif nxt.kind == kind and proc is not None:
+                nxt.proc, nxt.turns = proc, 1  # a process of its kind (its own, or shared), a new turn
             else:
                 nxt.proc, nxt.turns = None, 1
                 if proc is not None:

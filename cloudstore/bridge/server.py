@@ -159,7 +159,7 @@ class StoreBridge:
             self.contract = read_contract(self.driver, self.driver_env, max(self.limits.call_timeout, 30.0))
         self.pool = DriverPool(
             self.driver, self.contract, self.limits.max_drivers, self.limits.call_timeout,
-            max_reply_bytes=self.limits.max_reply_bytes,
+            max_reply_bytes=self.limits.max_reply_bytes, shared=self.limits.shared_drivers,
         )
         soft, hard, open_now, most = fd_room(self.limits)
         pinned = pin_mmap_threshold()
@@ -186,6 +186,9 @@ class StoreBridge:
             "file descriptors: limit %s (hard %s), %d open; holding at most %d connections not yet proved",
             soft, hard, open_now, most,
         )
+        if self.limits.shared_drivers:
+            log.info("driver processes are shared by every agent (--shared-drivers): drivers run without "
+                     "LNK_STORE_DIR")
         log.info(
             "request lines: at most %d MiB at once%s", self.limits.request_budget_bytes // MiB,
             "" if pinned else " (malloc's mmap threshold could not be pinned: freed memory may be kept)",
@@ -349,7 +352,10 @@ class StoreBridge:
             CALLS.inc("", "refused")
             return self._error(f"refused: {exc}")
         # The op's budget inside the call's limit: the driver stops an op, and says what it did, first.
-        env = {**self.driver_env, "LNK_STORE_DIR": spec.store_dir, OP_SECONDS: f"{self.limits.op_budget:g}"}
+        # Shared drivers get no LNK_STORE_DIR (the pool unsets it): one process serves every agent.
+        env = {**self.driver_env, OP_SECONDS: f"{self.limits.op_budget:g}"}
+        if not self.limits.shared_drivers:
+            env["LNK_STORE_DIR"] = spec.store_dir
         op = _op_label(request.get("op"))
         del request
         hold.resize(min(hold.size, call_cost(line)))

@@ -13,7 +13,7 @@ import os
 import shlex
 import subprocess
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ..errors import CloudstoreError
@@ -33,11 +33,14 @@ def dumps(value: Json) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-def driver_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """This process's environment with ``extra`` laid over it."""
+def driver_env(extra: Mapping[str, str] | None = None, unset: Collection[str] = ()) -> dict[str, str]:
+    """This process's environment with ``extra`` laid over it, without the names in ``unset``
+    (a setting the caller means the driver not to have, even if this process has it)."""
     env = dict(os.environ)
     if extra:
         env.update(extra)
+    for name in unset:
+        env.pop(name, None)
     return env
 
 
@@ -77,6 +80,7 @@ def call_once(
     request: Json | bytes,
     env: Mapping[str, str] | None = None,
     timeout: float = 30.0,
+    unset: Collection[str] = (),
 ) -> tuple[list[str], str, int]:
     """Run ``program call`` once; (stdout lines, stderr, exit code).
 
@@ -88,7 +92,7 @@ def call_once(
         program_argv(program) + ["call"],
         input=data,
         capture_output=True,
-        env=driver_env(env),
+        env=driver_env(env, unset),
         timeout=timeout,
     )
     out = done.stdout.decode("utf-8", "replace")
@@ -116,6 +120,7 @@ class ServeProcess:
         program: str | Sequence[str],
         env: Mapping[str, str] | None = None,
         stderr: Any = None,
+        unset: Collection[str] = (),
     ) -> None:
         self.argv = program_argv(program) + ["serve"]
         self.proc = subprocess.Popen(
@@ -123,7 +128,7 @@ class ServeProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
-            env=driver_env(env),
+            env=driver_env(env, unset),
         )
         self._lock = threading.Lock()
         self._ended = False  # killed or closed: its pipes are to be closed

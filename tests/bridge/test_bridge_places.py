@@ -85,3 +85,36 @@ def test_waiting_agents_are_served_round_robin_fifo_within_one_and_turns_reuse_a
     # round: b (whose turn takes its second call too), c, then a's last two calls.
     assert keys == [("a", 2), ("a", 3), ("b", 1), ("b", 2), ("c", 1), ("a", 1), ("a", 2)]
     assert r.places.counts() == {"places": 1, "held": 1, "idle": 0, "waiting": 0}
+
+
+def test_shared_processes_are_handed_on_across_agents_and_fairness_is_still_by_agent():
+    # One kind for every agent (shared drivers) and a turn of one call: a freed place goes
+    # round-robin to the next agent, with its process (no stop, no start).
+    places: Places[Proc] = Places(2, quantum=1)
+    shared = "env"
+    held = [places.take("flood", FAR, shared) for _ in range(2)]
+    for g in held:
+        g.proc = Proc("shared")
+    granted: list[Grant[Proc]] = []
+
+    def wait(key: str) -> None:
+        before = places.counts()["waiting"]
+        threading.Thread(target=lambda: granted.append(places.take(key, FAR, shared)), daemon=True).start()
+        wait_for(lambda: places.counts()["waiting"] == before + 1, what=f"a call of {key} to wait")
+
+    for key in ["flood", "flood", "b", "c"]:
+        wait(key)
+    order = []
+    grant = held[0]
+    for n in range(4):
+        places.give(grant.key, grant.proc, grant.turns, grant.kind)
+        wait_for(lambda n=n: len(granted) == n + 1, what="the freed place to be handed on")
+        grant = granted[-1]
+        order.append(grant.key)
+        assert grant.proc is held[0].proc and not grant.drop  # the same process, whoever's call
+    assert order == ["b", "c", "flood", "flood"]  # the flooder over its share (2 of 2) waits its round
+    assert places.held_by("flood") == 2 and places.counts()["idle"] == 0
+    # Nobody waits: the process goes idle, and any agent's next call takes it.
+    places.give(grant.key, grant.proc, grant.turns, grant.kind)
+    again = places.take("d", FAR, shared)
+    assert again.proc is held[0].proc and not again.drop

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from bridge_helpers import wait_for
 
 from cloudstore.bridge import Limits
@@ -36,10 +37,11 @@ def test_drivers_replaced_call_after_call_leave_no_pipe_or_watch_behind(rig):
     assert _WATCHDOG.size() <= 2 * _WATCHDOG.COMPACT_AT + 2
 
 
-def test_an_agent_flooding_every_driver_gets_no_more_than_its_share_while_another_waits(rig):
+@pytest.mark.parametrize("shared", [False, True], ids=["own-drivers", "shared-drivers"])
+def test_an_agent_flooding_every_driver_gets_no_more_than_its_share_while_another_waits(rig, shared):
     from test_bridge_limits import run_at_once
 
-    r = rig(agents=[("o", "flood"), ("o", "other")], limits=Limits(call_timeout=20.0))
+    r = rig(agents=[("o", "flood"), ("o", "other")], limits=Limits(call_timeout=20.0, shared_drivers=shared))
     flood, other = r.client(0), r.client(1)
     results = run_at_once([lambda k=k: flood.op("last", thread=f"gate-f{k}") for k in range(8)])
     wait_for(lambda: len(r.records()) == 4 and r.bridge.slots.under_way() == 8, what="4 calls in, 4 waiting")
@@ -51,12 +53,17 @@ def test_an_agent_flooding_every_driver_gets_no_more_than_its_share_while_anothe
     Path(str(r.gate) + first[4:]).touch()
     reply = late.get(timeout=60)
     assert reply["reply"] == "done", reply  # not busy after the call's time, as before
-    assert reply["store_dir"] == os.path.join(r.agents[1].folder, "chats")
+    if shared:  # the flooder's freed driver answered it: the place was handed on with its process
+        assert reply["store_dir"] is None and reply["pid"] == r.records()[0]["pid"]
+    else:  # a driver of its own, started in the place the flooder's was stopped to free
+        assert reply["store_dir"] == os.path.join(r.agents[1].folder, "chats")
     assert results.get(timeout=60)["reply"] == "done"  # the flooder call that ended
-    assert len(r.records()) == 5  # the flooder's 4 waiting calls have not run before it
+    # The flooder's 4 waiting calls have not run before it (after it, one may: the place it frees).
+    assert [rec["agent"]["id"] for rec in r.records()[:5]] == ["flood"] * 4 + ["other"]
     for k in range(8):
         Path(f"{r.gate}-f{k}").touch()
     assert [results.get(timeout=60)["reply"] for _ in range(7)] == ["done"] * 7
+    assert r.bridge.pool.started == (4 if shared else 6)  # unshared: one start for "other", one after it
 
 
 def test_a_reply_over_the_bridges_most_is_refused_whole_and_its_driver_replaced(rig):
