@@ -11,6 +11,7 @@ both ways).
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -107,7 +108,7 @@ def test_the_program_takes_the_flag(short_dir):
     k1, key1 = key_file(short_dir / "k1")
     k2, key2 = key_file(short_dir / "k2")
     config = short_dir / "bridge.json"
-    config.write_text('{"agents": [{"id": "a2", "owner": null, "key_file": "%s", "folder": "%s"}]}' % (k2, a2))
+    config.write_text(json.dumps({"agents": [{"id": "a2", "owner": None, "key_file": k2, "folder": str(a2)}]}))
     proc = subprocess.Popen(
         [sys.executable, "-m", "cloudstore.bridge.cli", "--harness", str(harness), "--agent-id", "a1",
          "--agent-owner", "o", "--key-file", k1, "--agent-folder", str(a1), "--config", str(config),
