@@ -1,4 +1,5 @@
-"""The benchmarks still run: cloud_round_trips.py, gc_after_jobs.py, mark_shards.py and format_gate.py at tiny settings.
+"""The benchmarks still run: cloud_round_trips.py, gc_after_jobs.py, mark_shards.py, format_gate.py and
+bridge_sharing.py at tiny settings.
 
 Figures are not checked (these machines are noisy), only that the run ends
 well and prints a row for every figure on both backends.
@@ -92,3 +93,17 @@ def test_format_gate_prints_its_rows_beside_the_previous_release():
     assert rows == [["moto", "0.5.0", "call", "last"], ["moto", "0.5.0", "call", "append"],
                     ["moto", "0.5.0", "serve", "first"], ["moto", "HEAD", "call", "last"],
                     ["moto", "HEAD", "call", "append"], ["moto", "HEAD", "serve", "first"]], done.stdout
+
+
+@pytest.mark.parametrize("flags", [[], ["--shared-drivers"]], ids=["own-drivers", "shared-drivers"])
+def test_bridge_sharing_prints_every_phase(flags):
+    # benchmarks/bridge_sharing.py --tiny: a real bridge and lnk-bucket-store on a folder store, every phase.
+    script = os.path.join(ROOT, "benchmarks", "bridge_sharing.py")
+    done = subprocess.run([sys.executable, script, "--tiny", *flags], capture_output=True, text=True, timeout=240,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    for start in ("code: ", "a. ", "   1 agent, 1 read: ", "   2 agents x 8 reads at once: ", "b. ",
+                  "   another agent's `last` meanwhile: p50", "c. 12 appends from 3 agents", "   bridge: "):
+        assert f"\n{start}" in f"\n{out}", f"no line starting {start!r}\n{out}"
+    assert "events x16" in out and "error" not in out, out
