@@ -101,7 +101,8 @@ class AgentSpec:
 
     @property
     def store_dir(self) -> str:
-        """``LNK_STORE_DIR``: the agent's chats/, so what a driver keeps moves with the agent."""
+        """``LNK_STORE_DIR``: the agent's chats/, so what a driver keeps moves with the agent
+        (not set with shared drivers, ``Limits.shared_drivers``)."""
         return os.path.join(self.folder, "chats")
 
 
