@@ -37,6 +37,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -200,8 +201,8 @@ class Bridge:
 def word(raw: bytes) -> str:
     """A reply as a short label: ``events (53 MiB)``, ``done``, or an error's first word."""
     if len(raw) > 64 * 1024:
-        kind = "events" if raw.startswith(b'{"reply":"events"') else "other"
-        return f"{kind} ({len(raw) / MiB:.0f} MiB)"
+        kind = "events" if re.match(rb'\{\s*"reply"\s*:\s*"events"', raw) else "other"
+        return f"{kind} ({len(raw) / MiB:.1f} MiB)"
     if not raw:
         return "closed"
     reply = json.loads(raw)
