@@ -222,6 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unset is not None:
         log.warning("the driver %s has no %s (in --driver-env or the environment): every call will answer "
                     "an error naming it", args.driver, unset)
+    if args.shared_drivers and not our_driver(args.driver):
+        log.warning("--shared-drivers with %s, not a driver of this project: every agent's calls share its "
+                    "processes, which run without LNK_STORE_DIR; give it only if the driver keeps nothing there",
+                    args.driver)
     problem = harness_problem(args.harness)
     if problem is not None:
         log.error("cannot start: %s", problem)
@@ -252,6 +256,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 #: The setting each of this project's drivers cannot work without (``driver.py``).
 DRIVER_SETTINGS = {"lnk-bucket-store": "LNK_BUCKET_URL", "lnk-gcs": "LNK_GCS_URL"}
+
+
+def our_driver(driver: str) -> bool:
+    """Whether ``driver`` names one of this project's drivers, which keep nothing in LNK_STORE_DIR."""
+    words = driver.split()
+    return bool(words) and os.path.basename(words[0]) in DRIVER_SETTINGS
 
 
 def missing_driver_setting(driver: str, driver_env: dict[str, str]) -> str | None:

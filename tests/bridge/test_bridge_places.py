@@ -7,7 +7,7 @@ import threading
 
 from bridge_helpers import wait_for
 
-from cloudstore.bridge.places import Grant, Places
+from cloudstore.bridge.places import SHARED_QUANTUM, Grant, Places
 
 FAR = 1e9  # a deadline no test reaches (monotonic seconds)
 
@@ -90,7 +90,7 @@ def test_waiting_agents_are_served_round_robin_fifo_within_one_and_turns_reuse_a
 def test_shared_processes_are_handed_on_across_agents_and_fairness_is_still_by_agent():
     # One kind for every agent (shared drivers) and a turn of one call: a freed place goes
     # round-robin to the next agent, with its process (no stop, no start).
-    places: Places[Proc] = Places(2, quantum=1)
+    places: Places[Proc] = Places(2, quantum=SHARED_QUANTUM)
     shared = "env"
     held = [places.take("flood", FAR, shared) for _ in range(2)]
     for g in held:
