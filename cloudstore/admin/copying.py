@@ -83,8 +83,11 @@ def translator(src_root: str, dst_root: str) -> Callable[[Key, bytes], bytes]:
             return raw
         if not isinstance(record, dict) or compact(record).encode("ascii") != payload:
             return raw
+        places = record.get("places")
+        if not isinstance(places, dict):
+            return raw  # a record no driver wrote: copied as it is (drivers answer it as malformed)
         changed = False
-        for entry in (record.get("places") or {}).values():
+        for entry in places.values():
             if isinstance(entry, dict) and isinstance(entry.get("entry"), str) and entry["entry"].startswith(old):
                 entry["entry"] = new + entry["entry"][len(old):]
                 changed = True
