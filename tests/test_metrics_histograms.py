@@ -120,14 +120,12 @@ def test_work_left_for_after_the_reply_is_counted_for_its_op_but_timed_as_no_op(
     assert timed == counted == len(a.backend.calls) - calls
 
 
-def test_a_scope_no_store_opened_is_not_timed_and_a_store_outside_any_op_names_nothing() -> None:
+def test_a_scope_naming_no_backend_is_not_timed_and_one_naming_it_is_timed_once() -> None:
     before = metrics.OP_SECONDS.value("file", "demo").count
     with metrics.op_scope("demo"):
         pass
-    metrics.op_backend("file")  # outside any op: nothing to name
-    with metrics.op_scope("demo"):
-        metrics.op_backend("file")
-        metrics.op_backend("s3")  # the first named is kept
+    with metrics.op_scope("demo", "file"):
+        pass
     assert metrics.OP_SECONDS.value("file", "demo").count == before + 1
     assert metrics.OP_SECONDS.value("s3", "demo").count == 0
 
