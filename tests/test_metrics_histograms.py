@@ -256,3 +256,16 @@ def test_a_serve_driver_times_each_reply_and_each_request_it_counted(tmp_path: P
             == total(samples, "lnk_store_requests_total", backend="file", op=op), op
     assert total(samples, f"{REQUESTS}_count", op="append") > appends, "the block's packing counted for append"
     assert os.listdir(folder) == [ARCHIVE], "the exited driver's snapshot was folded"
+
+
+@pytest.mark.parametrize("bounds, total", [([0.1, float("inf")], 1.0), ([0.1, float("nan")], 1.0),
+                                           ([0.1, 1.0], float("nan")), ([0.1, 1.0], float("inf"))])
+def test_a_snapshot_histogram_with_a_bound_or_sum_no_number_holds_is_refused(bounds: list[float],
+                                                                             total: float) -> None:
+    """``json`` reads NaN and Infinity: a snapshot holding one is malformed, not a series to render."""
+    from cloudstore.runtime.metrics.snapshots import _families_from_json
+
+    text = json.dumps({"families": {}, "histograms": {"h_seconds": {
+        "help": "", "bounds": bounds, "samples": [[{"op": "x"}, [1, 0, 0], total]]}}})
+    with pytest.raises(ValueError, match="malformed"):
+        _families_from_json(json.loads(text))
