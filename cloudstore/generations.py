@@ -473,12 +473,7 @@ class RetryingStore:
             self.gate.require_write()
 
     def op_window(self) -> contextlib.AbstractContextManager[None]:
-        """One deadline (the policy's) for every retry inside: the service opens one around each op.
-
-        Opening it names this store's backend to the op being answered
-        (``metrics.op_backend``), which is timed under it.
-        """
-        metrics.op_backend(self.label)
+        """One deadline (the policy's) for every retry inside: the service opens one around each op."""
         return op_deadline(self.policy.deadline)
 
     # -- plumbing
@@ -493,7 +488,8 @@ class RetryingStore:
             self.requests += 1
             if self.requests == self.die_at:
                 failpoint()
-        metrics.REQUESTS.inc(self.label, metrics.current_op())
+        op = metrics.current_op()
+        metrics.REQUESTS.inc(self.label, op)
         sent = time.perf_counter()
         try:
             result = fn()
@@ -506,7 +502,7 @@ class RetryingStore:
             self._changed(is_write)  # it may have landed
             raise
         finally:
-            metrics.REQUEST_SECONDS.observe(time.perf_counter() - sent, self.label, metrics.current_op())
+            metrics.REQUEST_SECONDS.observe(time.perf_counter() - sent, self.label, op)
         self._changed(is_write)
         return result
 

@@ -120,14 +120,12 @@ def test_work_left_for_after_the_reply_is_counted_for_its_op_but_timed_as_no_op(
     assert timed == counted == len(a.backend.calls) - calls
 
 
-def test_a_scope_no_store_opened_is_not_timed_and_a_store_outside_any_op_names_nothing() -> None:
+def test_a_scope_naming_no_backend_is_not_timed_and_one_naming_it_is_timed_once() -> None:
     before = metrics.OP_SECONDS.value("file", "demo").count
     with metrics.op_scope("demo"):
         pass
-    metrics.op_backend("file")  # outside any op: nothing to name
-    with metrics.op_scope("demo"):
-        metrics.op_backend("file")
-        metrics.op_backend("s3")  # the first named is kept
+    with metrics.op_scope("demo", "file"):
+        pass
     assert metrics.OP_SECONDS.value("file", "demo").count == before + 1
     assert metrics.OP_SECONDS.value("s3", "demo").count == 0
 
@@ -258,3 +256,16 @@ def test_a_serve_driver_times_each_reply_and_each_request_it_counted(tmp_path: P
             == total(samples, "lnk_store_requests_total", backend="file", op=op), op
     assert total(samples, f"{REQUESTS}_count", op="append") > appends, "the block's packing counted for append"
     assert os.listdir(folder) == [ARCHIVE], "the exited driver's snapshot was folded"
+
+
+@pytest.mark.parametrize("bounds, total", [([0.1, float("inf")], 1.0), ([0.1, float("nan")], 1.0),
+                                           ([0.1, 1.0], float("nan")), ([0.1, 1.0], float("inf"))])
+def test_a_snapshot_histogram_with_a_bound_or_sum_no_number_holds_is_refused(bounds: list[float],
+                                                                             total: float) -> None:
+    """``json`` reads NaN and Infinity: a snapshot holding one is malformed, not a series to render."""
+    from cloudstore.runtime.metrics.snapshots import _families_from_json
+
+    text = json.dumps({"families": {}, "histograms": {"h_seconds": {
+        "help": "", "bounds": bounds, "samples": [[{"op": "x"}, [1, 0, 0], total]]}}})
+    with pytest.raises(ValueError, match="malformed"):
+        _families_from_json(json.loads(text))

@@ -104,7 +104,8 @@ class Answerer:
 
     def _service(self) -> Service:
         if self.service is None:
-            from ..settings import SettingError, open_store, parse_location
+            from ..errors import SettingError
+            from ..settings import open_store, parse_location
             from ..store.space import Space
             from .service import Service
 
@@ -160,7 +161,7 @@ class Answerer:
         are refusals (as the API has always raised them): nothing was asked
         of a store.
         """
-        from ..settings import SettingError
+        from ..errors import SettingError
         from .service import Answered
         from .validate import SHOWN_MAX, RequestError, parse_request, shown
 
@@ -174,12 +175,11 @@ class Answerer:
             return Answered(error(str(exc)), "refused")  # each message already says what went wrong
         op = request.get("op")
         self.last_op = op if isinstance(op, str) and op in service.ops else ""
-        if not log.isEnabledFor(logging.DEBUG):
-            answered = service.answered(request)
-            return answered.but(self.named(answered.reply))
         before, start = service.space.store.requests, time.perf_counter()
         answered = service.answered(request)
         answered = answered.but(self.named(answered.reply))
+        if not log.isEnabledFor(logging.DEBUG):
+            return answered
         reply = answered.reply
         shown_op = op if isinstance(op, str) and len(op) <= SHOWN_MAX else shown(op)
         requests, ms = service.space.store.requests - before, round((time.perf_counter() - start) * 1000, 2)

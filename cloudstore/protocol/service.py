@@ -145,7 +145,7 @@ class Service:
         op = request.get("op")
         name = op if isinstance(op, str) and op in self.ops else ""
         backend = self.space.store.label
-        with metrics.op_scope(name):
+        with metrics.op_scope(name, backend):  # timed under the backend its reply is counted under
             answered = self._answer(request)
         metrics.REPLIES.inc(backend, name, str(answered.reply.get("reply")))
         if answered.kind == "unknown":

@@ -17,9 +17,8 @@ driver needs (``snapshots`` says why).
   named and labelled once here.
 * **The op being answered** is kept in a context variable (``op_scope``),
   so the seam counts requests by op without being told; a request made
-  outside any op counts as op "".  The scope also times the op
-  (``OP_SECONDS``), under the backend whose store opened the op's window
-  (``op_backend``).
+  outside any op counts as op "".  The service's scope, naming its
+  backend, also times the op (``OP_SECONDS``).
 
 Its other modules each do one job, and only the processes that need them
 import them: ``snapshots`` carries a driver's counters to the exporter that
@@ -317,56 +316,31 @@ OP_SECONDS = histogram(
 )
 
 
-class _Scope:
-    """The op being answered in one context, and the backend whose store opened its window (None: none did)."""
-
-    __slots__ = ("op", "backend")
-
-    def __init__(self, op: str) -> None:
-        self.op = op
-        self.backend: str | None = None
-
-
-_scope: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("lnk_metrics_op", default=None)
+_op: contextvars.ContextVar[str] = contextvars.ContextVar("lnk_metrics_op", default="")
 
 
 def current_op() -> str:
     """The wire op this thread (or task) is answering, "" outside any."""
-    scope = _scope.get()
-    return "" if scope is None else scope.op
+    return _op.get()
 
 
 @contextlib.contextmanager
-def op_scope(op: str) -> Iterator[None]:
-    """Count what happens inside as done for ``op`` (a name from the table of ops, never raw input), and time it.
+def op_scope(op: str, backend: str | None = None) -> Iterator[None]:
+    """Count what happens inside as done for ``op`` (a name from the table of ops, never raw input).
 
-    The time inside is observed in ``OP_SECONDS`` under ``op`` and the
-    backend a store named inside (``op_backend``): ``Service.answer`` wraps
-    each op in this scope, and the op's store opens the op's window inside
-    it, so every op answered is timed once, under the backend and op its
-    reply is counted under (``REPLIES``).  A scope in which no store opened
-    an op's window answered no op (a driver's packing after its reply runs
-    in its op's scope, so that its requests count for that op) and is not
-    timed.
+    With ``backend`` (the label of the store answering), the time inside is
+    also observed in ``OP_SECONDS`` under ``backend`` and ``op``:
+    ``Service.answered`` opens one such scope for each op it answers, so every
+    op is timed once, under the backend and op its reply is counted under
+    (``REPLIES``).  Without it nothing is timed: the work a driver leaves for
+    after its reply (packing) runs in its op's scope, so that its requests
+    count for that op, but is no second op.
     """
-    scope = _Scope(op)
-    token = _scope.set(scope)
+    token = _op.set(op)
     start = time.perf_counter()
     try:
         yield
     finally:
-        _scope.reset(token)
-        if scope.backend is not None:
-            OP_SECONDS.observe(time.perf_counter() - start, scope.backend, op)
-
-
-def op_backend(backend: str) -> None:
-    """Name the backend answering the op of this context, for its time (``op_scope``); the first named is kept.
-
-    Called by the seam as the service opens each op's window
-    (``RetryingStore.op_window``), with the store's label: the backend its
-    reply is counted under.  Outside any op, nothing.
-    """
-    scope = _scope.get()
-    if scope is not None and scope.backend is None:
-        scope.backend = backend
+        _op.reset(token)
+        if backend is not None:
+            OP_SECONDS.observe(time.perf_counter() - start, backend, op)

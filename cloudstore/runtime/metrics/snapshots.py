@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -73,6 +74,11 @@ def _number(n: Any) -> bool:
     return isinstance(n, int | float) and not isinstance(n, bool)
 
 
+def _finite(n: Any) -> bool:
+    """A number a histogram's bound or sum may be: ``json`` reads ``NaN`` and ``Infinity`` too."""
+    return _number(n) and math.isfinite(n)
+
+
 def _families_from_json(value: Any) -> dict[str, AnyFamily]:
     """The families a snapshot or archive holds; ValueError when it is not one."""
     out: dict[str, AnyFamily] = {}
@@ -90,7 +96,7 @@ def _families_from_json(value: Any) -> dict[str, AnyFamily]:
         raise ValueError("not a metrics snapshot")
     for name, fam in histograms.items():
         bounds = fam["bounds"]
-        if name in out or not isinstance(bounds, list) or not bounds or not all(map(_number, bounds)) \
+        if name in out or not isinstance(bounds, list) or not bounds or not all(map(_finite, bounds)) \
                 or bounds != sorted(set(bounds)):
             raise ValueError(f"the histogram {name} is malformed")
         hist = HistogramFamily(name, str(fam.get("help", "")), tuple(float(b) for b in bounds))
@@ -98,7 +104,7 @@ def _families_from_json(value: Any) -> dict[str, AnyFamily]:
         for labels, counts, total in fam["samples"]:
             if not isinstance(labels, dict) or not isinstance(counts, list) or len(counts) != len(bounds) + 1 \
                     or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts) \
-                    or not _number(total):
+                    or not _finite(total):
                 raise ValueError(f"a sample of {name} is malformed")
             hist.add(tuple((str(k), str(v)) for k, v in labels.items()), Observed(counts, float(total)))
     return out
