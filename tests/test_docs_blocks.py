@@ -5,13 +5,17 @@ TWICE on the same folder, so an example a reader runs again works again (on
 eafe802 docs/api.md's sync example stopped at a bare ``AssertionError`` on
 its second run).  The shell blocks that need no cloud run too: the
 bridge's metrics demo (its output compared with the README's sample) and the
-JSON log line of a driver.  The examples' fixed folders and the demo's port
-are swapped for the test's own, so runs beside each other never meet.
+JSON log line of a driver.  The examples keep their stores under ``$HOME``, a
+folder that is the reader's own (issue 43: a folder in ``/tmp`` may have been
+made by another user first); the tests run them with ``HOME`` set to their own
+folder and the demo's port swapped for a free one, so runs beside each other
+never meet.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -23,8 +27,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON_DOCS = ["README.md", "docs/api.md"]
-API_DEMO = "/tmp/lnk-api-demo"
-SHELL_DEMO = "/tmp/lnk-demo"
+API_DEMO = 'f"file://{Path.home()}/lnk-api-demo"'
+SHELL_DEMO = "$HOME/lnk-demo"
+STORE_DOCS = ["README.md", "docs/api.md", "docs/admin.md", "docs/design.md", "docs/protocol.md",
+              "docs/scheduler.md", "deploy/README.md"]
+
+
+def home_env(home: Path) -> dict[str, str]:
+    """The environment with ``HOME`` moved to a test's folder, so the examples run verbatim."""
+    return {**os.environ, "HOME": str(home)}
 
 
 def blocks(doc: str, lang: str) -> list[str]:
@@ -50,16 +61,15 @@ def free_port() -> int:
 def test_python_blocks_run_twice_on_a_folder_store(doc: str, tmp_path: Path) -> None:
     found = blocks(doc, "python")
     assert found, f"{doc} has no python block"
-    folder = tmp_path / "api-demo"
     for block in found:
         assert API_DEMO in block or "cloudstore" not in block, "an example on a store other than the folder"
     for run in (1, 2):
         for i, block in enumerate(found):
-            code = block.replace(API_DEMO, str(folder))
-            done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                                  cwd=tmp_path)
+            done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=120,
+                                  cwd=tmp_path, env=home_env(tmp_path))
             assert done.returncode == 0, f"{doc} block {i + 1}, run {run}:\n{done.stderr[-3000:]}"
             assert "Traceback" not in done.stderr
+    assert (tmp_path / "lnk-api-demo").is_dir(), "the examples' store is not under $HOME"
 
 
 def shell_demo(tmp_path: Path) -> tuple[str, str, int]:
@@ -69,7 +79,8 @@ def shell_demo(tmp_path: Path) -> tuple[str, str, int]:
     port = free_port()
     ports = set(re.findall(r"--metrics-port (\d+)", demo[0]))
     assert len(ports) == 1, ports
-    script = demo[0].replace(SHELL_DEMO, str(tmp_path / "demo")).replace(ports.pop(), str(port))
+    assert SHELL_DEMO in demo[0], "the demo's store is not under $HOME"
+    script = demo[0].replace(ports.pop(), str(port))
     return demo[0], script, port
 
 
@@ -77,7 +88,8 @@ def test_the_bridge_metrics_demo_prints_the_readmes_sample(tmp_path: Path) -> No
     if shutil.which("curl") is None:
         pytest.skip("curl is not installed")
     original, script, _ = shell_demo(tmp_path)
-    done = subprocess.run(["bash", "-e", "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(["bash", "-e", "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=home_env(tmp_path))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "{'reply': 'done'}" in done.stdout, done.stdout  # the demo prints the reply dict
     sample = following_block("README.md", original).split("\n")
@@ -89,21 +101,31 @@ def test_the_bridge_metrics_demo_prints_the_readmes_sample(tmp_path: Path) -> No
         assert any(p.rsplit(" ", 1)[0] == name_labels for p in printed), (line, printed)
         if "lnk_bridge_calls_total" in line or "lnk_store_replies_total" in line:
             assert line in printed, (line, printed)  # the counts a reader can check by hand
-    log = (tmp_path / "demo" / "bridge.log").read_text()
+    log = (tmp_path / "lnk-demo" / "bridge.log").read_text()
     assert "Traceback" not in log and "Contract(" not in log
 
     # Then the JSON log line of a driver, on the bucket the demo filled.
     logs = [b for b in blocks("README.md", "sh") if "LNK_STORE_LOG=debug" in b]
     assert len(logs) == 1
     commands = "\n".join(line for line in logs[0].splitlines() if not line.startswith("#"))
-    done = subprocess.run(["bash", "-e", "-c", commands.replace(SHELL_DEMO, str(tmp_path / "demo"))],
-                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert SHELL_DEMO in commands
+    done = subprocess.run(["bash", "-e", "-c", commands], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env=home_env(tmp_path))
     assert done.returncode == 0, done.stderr
     said = re.search(r"# stdout: (.*)", logs[0])
     assert said and json.loads(done.stdout) == json.loads(said.group(1)), done.stdout
     line = json.loads(done.stderr.strip().splitlines()[-1])
     for key in ("time", "level", "logger", "program", "message", "op", "reply", "requests", "ms"):
         assert key in line, (key, line)
+
+
+def test_no_example_keeps_a_store_in_a_folder_others_may_have_made() -> None:
+    """Issue 43: the docs' stores are the reader's own, never a fixed name in ``/tmp`` that another local
+    user could have made first (``mkdir -p`` says nothing then, and the folder store refuses it)."""
+    for doc in STORE_DOCS:
+        text = (ROOT / doc).read_text()
+        found = re.findall(r"(?:file://|LNK_BUCKET_URL=|mkdir -p[^\n]*?)(/tmp/[\w.-]+)", text)
+        assert not found, (doc, found)
 
 
 def test_every_e_or_name_the_readme_points_back_to_is_there() -> None:
