@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import ast
 import inspect
+import json
 import re
 from pathlib import Path
+
+import pytest
 
 import cloudstore.aio
 import cloudstore.api
@@ -193,3 +196,58 @@ def test_the_protocol_doc_names_exactly_the_protocols_ops() -> None:
     tabled, extensions = _protocol_md()
     assert tabled == PROTOCOL, ("in docs only", tabled - PROTOCOL, "in OPS only", PROTOCOL - tabled)
     assert extensions == SCHEDULER_ONLY, extensions ^ SCHEDULER_ONLY
+
+
+# -- (f) the ops declared read-only write nothing
+
+
+#: Arguments for each read-only op, on the store ``_filled_store`` leaves.
+READ_ARGS: dict[str, dict[str, object]] = {
+    "read": {"thread": "t1"}, "last": {"thread": "t1"}, "threads": {}, "leases": {"lapse_ms": 60000},
+    "job_get": {"place": "waiting", "id": "j1"}, "job_list": {"place": "waiting"},
+    "job_count": {"place": "waiting"}, "file_read": {"path": "skills/a.md"}, "file_list": {"folder": "skills"},
+    "tools_read": {"thread": "t1"}, "tools_list": {},
+}
+
+
+def _tree(root: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file below ``root``: its modification time (ns) and bytes."""
+    return {str(p.relative_to(root)): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(root.rglob("*")) if p.is_file() and not p.is_symlink()}
+
+
+def test_the_ops_declared_read_only_change_nothing_stored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Op.read_only`` is what lets the bridge say "nothing was changed" of a reply it did not pass on
+    (``bridge.server._what_changed``): each such op, answered as a driver answers it (its work after the
+    reply included), leaves every stored file of a filled folder store as it was; an op not declared is
+    a write (append here changes the tree, so the check can fail)."""
+    from cloudstore.bridge.server import _what_changed
+    from cloudstore.protocol.answerer import Answerer, setting_of
+
+    declared = {name for name, op in OPS.items() if op.read_only}
+    assert declared == set(READ_ARGS)
+    folder = tmp_path / "store"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setenv("LNK_BUCKET_URL", folder.as_uri())
+    driver = Answerer(setting_of("file"))
+    agent = {"id": "a", "owner": "o"}
+
+    def send(op: str, **args: object) -> None:
+        reply = driver.answer(json.dumps({"op": op, "agent": agent, **args}).encode())
+        assert reply.get("reply") != "error", (op, reply)
+        driver.after_reply()  # what the reply left for after it, as serve does it
+
+    send("append", thread="t1", event={"seq": 1})
+    send("take", thread="t1", holder="h", lapse_ms=60000)
+    send("job_put", place="waiting", job={"id": "j1", "spec": {}, "due": 1900000000})
+    send("file_write", path="skills/a.md", data="eA==", version=0)
+    send("tools_narrow", thread="t1", tools=["search"])
+    for name, args in READ_ARGS.items():
+        before = _tree(folder)
+        send(name, **args)
+        assert _tree(folder) == before, name
+        assert _what_changed(name) == "nothing was changed"
+    before = _tree(folder)
+    send("append", thread="t1", event={"seq": 2})
+    assert _tree(folder) != before
+    assert _what_changed("append").startswith("outcome unknown")

@@ -441,11 +441,12 @@ def _op_label(op: object) -> str:
 
 SMALL_REPLY = 64 * 1024  # a reply this short is held outside the budget (counted per call in the bound)
 
-#: Ops that change nothing stored: for them a reply not passed on can say so.
-READ_ONLY_OPS = frozenset(
-    {"read", "last", "threads", "leases", "job_get", "job_list", "job_count", "file_read", "file_list", "tools_read",
-     "tools_list"}
-)
+@functools.cache
+def _read_only_ops() -> frozenset[str]:
+    """The ops the drivers' table declares read-only (``Op.read_only``), read once."""
+    from ..protocol.service import OPS
+
+    return frozenset(name for name, op in OPS.items() if op.read_only)
 
 
 def _what_changed(op: str) -> str:
@@ -453,7 +454,7 @@ def _what_changed(op: str) -> str:
 
     Unlike a call stopped midway (``stopped_outcome``), the op ran to its end: a read op's end leaves
     the store as its reader sees it, so only the ops that may change what a reader sees say unknown."""
-    return "nothing was changed" if op in READ_ONLY_OPS else "outcome unknown: the driver may have acted on it"
+    return "nothing was changed" if op in _read_only_ops() else "outcome unknown: the driver may have acted on it"
 
 
 def _name(agent: Agent) -> str:

@@ -383,32 +383,38 @@ class Op:
     ``scheduler_only``: not in the wire protocol; answered only by a driver
     started with ``LNK_SCHEDULER_OPS=1`` (the scheduler's runner's own), any
     other answering it as an unknown op (docs/protocol.md, "Extensions").
+    ``read_only``: run to its end, the op leaves the store as its readers see
+    it, so a reply of it the bridge did not pass on may say "nothing was
+    changed" (a call stopped midway still says outcome unknown: a read's
+    first op may probe the server or pack).  Declared here, beside the op,
+    so a new op is a write until someone says otherwise.
     """
 
     handler: Handler
     family: Family
     scheduler_only: bool = False
+    read_only: bool = False
 
 
 #: Every op a driver of this project answers, by its name on the wire.
 OPS: dict[str, Op] = {
     "append": Op(Service.op_append, "conversations"),
-    "read": Op(Service.op_read, "conversations"),
-    "last": Op(Service.op_last, "conversations"),
-    "threads": Op(Service.op_threads, "conversations"),
+    "read": Op(Service.op_read, "conversations", read_only=True),
+    "last": Op(Service.op_last, "conversations", read_only=True),
+    "threads": Op(Service.op_threads, "conversations", read_only=True),
     "remove": Op(Service.op_remove, "conversations"),
 
     "take": Op(Service.op_take, "leases"),
     "renew": Op(Service.op_renew, "leases"),
     "end": Op(Service.op_end, "leases"),
-    "leases": Op(Service.op_leases, "leases"),
+    "leases": Op(Service.op_leases, "leases", read_only=True),
     "lease_take": Op(Service.op_lease_take, "leases", scheduler_only=True),
 
     "job_put": Op(Service.op_job_put, "jobs"),
-    "job_get": Op(Service.op_job_get, "jobs"),
+    "job_get": Op(Service.op_job_get, "jobs", read_only=True),
     "job_remove": Op(Service.op_job_remove, "jobs"),
-    "job_list": Op(Service.op_job_list, "jobs"),
-    "job_count": Op(Service.op_job_count, "jobs"),
+    "job_list": Op(Service.op_job_list, "jobs", read_only=True),
+    "job_count": Op(Service.op_job_count, "jobs", read_only=True),
     "job_shift": Op(Service.op_job_shift, "jobs"),
     "job_next": Op(Service.op_job_next, "jobs"),
     "job_day": Op(Service.op_job_day, "jobs"),
@@ -418,13 +424,13 @@ OPS: dict[str, Op] = {
     "job_claims": Op(Service.op_job_claims, "jobs", scheduler_only=True),
     "job_claim": Op(Service.op_job_claim, "jobs", scheduler_only=True),
 
-    "file_read": Op(Service.op_file_read, "files"),
-    "file_list": Op(Service.op_file_list, "files"),
+    "file_read": Op(Service.op_file_read, "files", read_only=True),
+    "file_list": Op(Service.op_file_list, "files", read_only=True),
     "file_write": Op(Service.op_file_write, "files"),
     "file_remove": Op(Service.op_file_remove, "files"),
     "file_append": Op(Service.op_file_append, "files"),
 
-    "tools_read": Op(Service.op_tools_read, "tools"),
-    "tools_list": Op(Service.op_tools_list, "tools"),
+    "tools_read": Op(Service.op_tools_read, "tools", read_only=True),
+    "tools_list": Op(Service.op_tools_list, "tools", read_only=True),
     "tools_narrow": Op(Service.op_tools_narrow, "tools"),
 }
