@@ -14,6 +14,7 @@ import shlex
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from bridge_helpers import FAKE_DRIVER, wait_for
@@ -31,7 +32,9 @@ def key_file(path, mode: int = 0o600) -> tuple[str, bytes]:
     return str(path), bytes.fromhex(hex_key)
 
 
-def test_serves_flag_and_config_agents_until_sigterm(short_dir):
+def two_agents_bridge(short_dir, *extra: str) -> tuple[subprocess.Popen[bytes], str, bytes, bytes, Path]:
+    """``lnk-store-bridge`` as a program serving a1 (owner o, by flags) and a2 (no owner, by its config)
+    with the fake driver and ``extra`` flags: (the process, its socket, a1's key, a2's key, a2's folder)."""
     harness, a1, a2 = short_dir / "h", short_dir / "a1", short_dir / "a2"
     for d in (harness, a1 / "chats", a2 / "chats"):
         d.mkdir(parents=True)
@@ -39,16 +42,20 @@ def test_serves_flag_and_config_agents_until_sigterm(short_dir):
     k2, key2 = key_file(short_dir / "k2")
     config = short_dir / "bridge.json"
     config.write_text(json.dumps({"agents": [{"id": "a2", "owner": None, "key_file": k2, "folder": str(a2)}]}))
-    record = short_dir / "record.jsonl"
     proc = subprocess.Popen(
         BRIDGE + ["--harness", str(harness), "--agent-id", "a1", "--agent-owner", "o", "--key-file", k1,
-                  "--agent-folder", str(a1), "--config", str(config),
-                  "--driver", shlex.join(FAKE_DRIVER), "--driver-env", f"FAKE_RECORD={record}",
-                  "--call-timeout", "10", "--request-timeout", "2"],
+                  "--agent-folder", str(a1), "--config", str(config), "--driver", shlex.join(FAKE_DRIVER),
+                  *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
+    return proc, str(harness / SOCKET_NAME), key1, key2, a2
+
+
+def test_serves_flag_and_config_agents_until_sigterm(short_dir):
+    record = short_dir / "record.jsonl"
+    proc, sock, key1, key2, a2 = two_agents_bridge(
+        short_dir, "--driver-env", f"FAKE_RECORD={record}", "--call-timeout", "10", "--request-timeout", "2")
     try:
-        sock = str(harness / SOCKET_NAME)
         wait_for(lambda: os.path.exists(sock) or proc.poll() is not None, what="the bridge's socket")
         one = BridgeClient(sock, "o", "a1", key1).op("last", thread="t")
         two = BridgeClient(sock, None, "a2", key2).op("last", thread="t")

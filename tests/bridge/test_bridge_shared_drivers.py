@@ -11,19 +11,15 @@ both ways).
 
 from __future__ import annotations
 
-import json
 import os
-import shlex
 import signal
-import subprocess
-import sys
 import threading
 import uuid
 
-from bridge_helpers import FAKE_DRIVER, error_word, wait_for
-from test_bridge_cli import key_file
+from bridge_helpers import error_word, wait_for
+from test_bridge_cli import two_agents_bridge
 
-from cloudstore.bridge import SOCKET_NAME, BridgeClient, Limits
+from cloudstore.bridge import BridgeClient, Limits
 
 SHARED = Limits(shared_drivers=True, call_timeout=120.0)
 AGENTS = [("o", f"a{i}") for i in range(24)]
@@ -102,21 +98,8 @@ def test_one_driver_serving_two_agents_answers_each_with_its_own_data(rig, store
 
 
 def test_the_program_takes_the_flag(short_dir):
-    harness, a1, a2 = short_dir / "h", short_dir / "a1", short_dir / "a2"
-    for d in (harness, a1 / "chats", a2 / "chats"):
-        d.mkdir(parents=True)
-    k1, key1 = key_file(short_dir / "k1")
-    k2, key2 = key_file(short_dir / "k2")
-    config = short_dir / "bridge.json"
-    config.write_text(json.dumps({"agents": [{"id": "a2", "owner": None, "key_file": k2, "folder": str(a2)}]}))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cloudstore.bridge.cli", "--harness", str(harness), "--agent-id", "a1",
-         "--agent-owner", "o", "--key-file", k1, "--agent-folder", str(a1), "--config", str(config),
-         "--driver", shlex.join(FAKE_DRIVER), "--shared-drivers"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
+    proc, sock, key1, key2, _ = two_agents_bridge(short_dir, "--shared-drivers")
     try:
-        sock = str(harness / SOCKET_NAME)
         wait_for(lambda: os.path.exists(sock) or proc.poll() is not None, what="the bridge's socket")
         one = BridgeClient(sock, "o", "a1", key1).op("last", thread="t")
         two = BridgeClient(sock, None, "a2", key2).op("last", thread="t")
