@@ -1,5 +1,5 @@
-"""The benchmarks still run: cloud_round_trips.py, gc_after_jobs.py, mark_shards.py, format_gate.py and
-bridge_sharing.py at tiny settings.
+"""The benchmarks still run: cloud_round_trips.py, gc_after_jobs.py, mark_shards.py, format_gate.py,
+bridge_sharing.py and scheduler_pauses.py at tiny settings.
 
 Figures are not checked (these machines are noisy), only that the run ends
 well and prints a row for every figure on both backends.
@@ -107,3 +107,16 @@ def test_bridge_sharing_prints_every_phase(flags):
                   "   another agent's `last` meanwhile: p50", "c. 12 appends from 3 agents", "   bridge: "):
         assert f"\n{start}" in f"\n{out}", f"no line starting {start!r}\n{out}"
     assert "events x16" in out and "error" not in out, out
+
+
+@pytest.mark.slow  # moto and runner processes
+def test_scheduler_pauses_prints_a_row_per_run():
+    # benchmarks/scheduler_pauses.py at its tiniest: 4 jobs at lapse 3, a slow store and one runner stopped.
+    script = os.path.join(ROOT, "benchmarks", "scheduler_pauses.py")
+    argv = [sys.executable, script, "--tree", ROOT, "--jobs", "4", "--lapses", "3", "--modes", "slow,stopped",
+            "--stops", "1", "--delay", "0.05", "--patience", "20"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"measuring {ROOT}/cloudstore " in done.stderr, done.stderr[-3000:]
+    rows = [line.split(" | ")[:3] for line in done.stdout.splitlines() if line.startswith("| 3 s |")]
+    assert rows == [["| 3 s", "0.05 s store", "4"], ["| 3 s", "no delay + 1 SIGSTOPs of lapse + 3 s", "5"]], done.stdout

@@ -17,15 +17,19 @@ every retry is the seam's, which knows its own writes.
 from __future__ import annotations
 
 import base64
+import http.client
+import http.server
 import re
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
 import pytest
-from faults.http_proxy import FaultProxy, Rule
+from faults.http_proxy import FaultProxy, Rule, Stall
 from support import S3_SERVERS, SEAWEEDFS, Session, StoreUnderTest, fresh_agent, location_of, make_store, serving
 
 from cloudstore.generations import (
@@ -369,61 +373,128 @@ def test_s3_retries_at_least_what_botocores_standard_mode_retries() -> None:
 
 
 # --------------------------------------------------------------------------
-# The proxy's HTTP on its own: chunked bodies, 100-continue, HEAD, rewritten links
+# The proxy's HTTP on its own: chunked bodies, 100-continue, HEAD, rewritten links; stalls
 
 
-def test_the_proxy_forwards_chunked_bodies_head_and_rewrites_the_upstreams_links() -> None:
-    import http.client
-    import http.server
-    import threading
+class Echo(http.server.BaseHTTPRequestHandler):
+    """An upstream that answers 201 at once with what it got, its own address in a header and a JSON body."""
 
-    class Echo(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    protocol_version = "HTTP/1.1"
 
-        def _answer(self, body: bytes) -> None:
-            me = f"http://127.0.0.1:{self.server.server_address[1]}"
-            doc = f'{{"method": "{self.command}", "got": {len(body)}, "selfLink": "{me}/o"}}'.encode()
-            self.send_response(201)
-            self.send_header("Location", me + "/next")
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(doc)))
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(doc)
+    def _answer(self, body: bytes) -> None:
+        me = f"http://127.0.0.1:{self.server.server_address[1]}"
+        doc = f'{{"method": "{self.command}", "got": {len(body)}, "selfLink": "{me}/o"}}'.encode()
+        self.send_response(201)
+        self.send_header("Location", me + "/next")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(doc)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(doc)
 
-        def do_PUT(self) -> None:
-            self._answer(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+    def do_PUT(self) -> None:
+        self._answer(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
 
-        do_HEAD = do_GET = lambda self: self._answer(b"")  # noqa: E731
+    do_HEAD = do_GET = lambda self: self._answer(b"")  # noqa: E731
 
-        def log_message(self, *args: Any) -> None:
-            pass
+    def log_message(self, *args: Any) -> None:
+        pass
 
+
+@contextmanager
+def echo_upstream() -> Iterator[str]:
+    """An ``Echo`` server on a free loopback port, for the proxy's own tests: its URL."""
     upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
     try:
-        with FaultProxy(f"http://127.0.0.1:{upstream.server_address[1]}") as proxy:
-            conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
-            conn.putrequest("PUT", "/o?x=1")
-            conn.putheader("Transfer-Encoding", "chunked")
-            conn.putheader("Expect", "100-continue")
-            conn.endheaders()
-            conn.send(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
-            put = conn.getresponse()
-            assert (put.status, put.read()) == (
-                201,
-                f'{{"method": "PUT", "got": 11, "selfLink": "{proxy.url}/o"}}'.encode(),
-            )
-            assert put.getheader("Location") == proxy.url + "/next"
-            conn.request("HEAD", "/o")  # the same connection: kept alive
-            head = conn.getresponse()
-            assert head.status == 201 and head.read() == b"" and int(head.getheader("Content-Length")) > 0
-            conn.request("GET", "/o")
-            assert conn.getresponse().read().startswith(b'{"method": "GET"')
-            conn.close()
-            assert proxy.connections == 1
-            assert [(r.method, r.target, r.status) for r in proxy.requests()] == [
-                ("PUT", "/o?x=1", 201), ("HEAD", "/o", 201), ("GET", "/o", 201)]
+        yield f"http://127.0.0.1:{upstream.server_address[1]}"
     finally:
         upstream.shutdown()
         upstream.server_close()
+
+
+def test_the_proxy_forwards_chunked_bodies_head_and_rewrites_the_upstreams_links() -> None:
+    with echo_upstream() as url, FaultProxy(url) as proxy:
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=10)
+        conn.putrequest("PUT", "/o?x=1")
+        conn.putheader("Transfer-Encoding", "chunked")
+        conn.putheader("Expect", "100-continue")
+        conn.endheaders()
+        conn.send(b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+        put = conn.getresponse()
+        assert (put.status, put.read()) == (
+            201,
+            f'{{"method": "PUT", "got": 11, "selfLink": "{proxy.url}/o"}}'.encode(),
+        )
+        assert put.getheader("Location") == proxy.url + "/next"
+        conn.request("HEAD", "/o")  # the same connection: kept alive
+        head = conn.getresponse()
+        assert head.status == 201 and head.read() == b"" and int(head.getheader("Content-Length")) > 0
+        conn.request("GET", "/o")
+        assert conn.getresponse().read().startswith(b'{"method": "GET"')
+        conn.close()
+        assert proxy.connections == 1
+        assert [(r.method, r.target, r.status) for r in proxy.requests()] == [
+            ("PUT", "/o?x=1", 201), ("HEAD", "/o", 201), ("GET", "/o", 201)]
+
+
+def test_a_stall_answers_nothing_in_its_window_then_everything() -> None:
+    """A request held (by a delay) when the window opens, and one arriving in it, are both answered only once
+    it ends; one arriving after is answered at once; a request the stall does not match is not held."""
+    got: dict[str, float] = {}
+
+    def get(target: str) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", proxy.port, timeout=30)
+        conn.request("GET", target)
+        assert conn.getresponse().status == 201
+        got[target] = time.monotonic()
+        conn.close()
+
+    with echo_upstream() as url, FaultProxy(url) as proxy:
+        proxy.add(Rule("delay", "GET", r"^/held$", after=0.4))
+        began = time.monotonic()
+        stall = proxy.stall(Stall(seconds=2.0, at=0.2, path=r"^/(held|arrives)"))
+        ends = began + 2.2
+        held = threading.Thread(target=get, args=("/held",))
+        held.start()  # arrives before the window; its reply is ready inside it
+        time.sleep(0.5)
+        arrives = threading.Thread(target=get, args=("/arrives",))
+        arrives.start()
+        get("/other")  # in the window, but not the stall's
+        assert got["/other"] < ends - 0.3, "a request the stall does not match went on"  # 1.4 s to spare
+        for t in (held, arrives):
+            t.join(10)
+        assert got["/held"] >= ends - 0.01 and got["/arrives"] >= ends - 0.01, (got, ends)
+        get("/after")
+        assert got["/after"] - got["/arrives"] < 0.5 + 2.0  # answered at once (a loaded machine's slack)
+        stalled = {r.target: r.stalled for r in proxy.requests()}
+        assert stalled["/held"] > 0.3 and stalled["/arrives"] > 0.3
+        assert stalled["/other"] == stalled["/after"] == 0.0
+        assert stall.held == 2
+        assert [round(b - began, 1) for w in stall.windows for b in w] == [0.2, 2.2]
+
+
+def test_a_stalls_windows_are_drawn_from_its_seed() -> None:
+    """Ranged windows replay from the seed; ``times`` bounds them; a stepped clock shows which requests wait."""
+    ranged = {"seconds": (0.5, 2.0), "at": (0.0, 5.0), "gap": (1.0, 10.0), "times": None}
+    plan = Stall(**ranged, seed=7).plan(6)
+    assert plan == Stall(**ranged, seed=7).plan(6) != Stall(**ranged, seed=8).plan(6)
+    assert 0.0 <= plan[0][0] <= 5.0
+    assert all(0.5 <= end - start <= 2.0 for start, end in plan)
+    assert all(1.0 <= b[0] - a[1] <= 10.0 for a, b in zip(plan, plan[1:], strict=False))
+    assert len(Stall(**{**ranged, "times": 3}, seed=7).plan(6)) == 3
+    now = [100.0]
+    stall = Stall(seconds=2.0, at=1.0, gap=3.0, times=2, method="PUT", clock=lambda: now[0]).begin()
+    assert stall.until("PUT", "/k", b"") is None  # before the first window
+    now[0] = 101.5
+    assert stall.until("PUT", "/k", b"") == 103.0 and stall.until("GET", "/k", b"") is None
+    now[0] = 104.0
+    assert stall.until("PUT", "/k", b"") is None  # between windows
+    now[0] = 106.0
+    assert stall.until("PUT", "/k", b"") == 108.0
+    now[0] = 200.0
+    assert stall.until("PUT", "/k", b"") is None  # both were
+    assert stall.windows == [(101.0, 103.0), (106.0, 108.0)]
+    stall.active = False
+    now[0] = 107.0
+    assert stall.until("PUT", "/k", b"") is None

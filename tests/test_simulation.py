@@ -15,6 +15,13 @@ are on the summary line.  The workload's 30-minute lapses make a takeover a
 shifted reply brought forward a violation, as the purge of a removed epoch
 and the orphan check of a due entry already are.
 
+And time faults (issue 44, ``sim/scheduler.py``, ``sim/simtime.py``): a long
+pause of one machine (a SIGSTOP) or a stall of the store moves the world's
+time on past the half-hour lapse; a machine that believed it held a lease
+meets a taker, and must then be told ``lost`` by its renew, and its end must
+leave the new holder's lease alone (``lease.one-holder`` and the lease model
+judge it); the "long pause" and "stall" counts are on the summary line.
+
 Seeds are ``base``, ``base + 1``, ... with ``base`` printed on each summary
 line; set ``CLOUDSTORE_SIM_SEED`` to choose it (a failure prints the command
 that replays its seed alone) and ``CLOUDSTORE_SIM_HISTORIES`` to run exactly
@@ -34,6 +41,7 @@ from sim.history import History
 from sim.invariants import check
 from sim.run import report, run_history, run_many
 from sim.scheduler import Knobs
+from sim.workload import HALF_HOUR_LAPSE_MS
 from support import location_of
 
 from cloudstore.settings import Location, open_backend
@@ -68,8 +76,14 @@ def test_simulation(store_env: Any, capsys: pytest.CaptureFixture[str], caplog: 
         pytest.fail(f"{summary.line()}\n{report(summary, replay(store.backend))}", pytrace=False)
 
 
-def test_a_seed_replays_the_same_history(tmp_path: Any) -> None:
-    """The whole history, every request, fault and reply, is a function of the seed."""
+#: A long pause in nearly every history (of a machine that believes it holds a lease), the other faults as usual.
+PAUSES = Knobs(long_pause_rate=0.05, stall_rate=0.0)
+
+
+@pytest.mark.parametrize("knobs", [Knobs(), PAUSES], ids=["faults", "long-pauses"])
+def test_a_seed_replays_the_same_history(tmp_path: Any, knobs: Knobs) -> None:
+    """The whole history, every request, fault and reply, is a function of the seed (a jump of the world's
+    time included)."""
     inner = open_backend(Location("file", str(tmp_path), ""))
 
     def reply(op: Any, prefix: str) -> str:
@@ -77,12 +91,75 @@ def test_a_seed_replays_the_same_history(tmp_path: Any) -> None:
             return json.dumps([(lease["thread"], lease["holder"]) for lease in op.reply["leases"]])
         return json.dumps(op.reply).replace(prefix, "")
 
-    def trace(prefix: str) -> list[Any]:
-        h = run_history(BASE, "file", inner, prefix).history
-        return [(op.machine, op.request, reply(op, prefix), op.start, op.end) for op in h.ops] + [
+    def trace(seed: int, prefix: str) -> list[Any]:
+        h = run_history(seed, "file", inner, prefix, knobs).history
+        return [(op.machine, op.request, reply(op, prefix), op.start, op.end, op.epochs) for op in h.ops] + [
             (ev.step, ev.machine, ev.kind, ev.text) for ev in h.events]
 
-    assert trace("one/") == trace("two/")
+    def jumped(trace: list[Any]) -> bool:
+        return any(event[2] == "jump" for event in trace if len(event) == 4)
+
+    seed, one = BASE, trace(BASE, "one/")
+    while knobs is PAUSES and not jumped(one) and seed < BASE + 20:  # a history where nobody held a lease has none
+        seed += 1
+        one = trace(seed, f"one-{seed}/")
+    assert knobs is not PAUSES or jumped(one), f"no jump of the world's time in seeds {BASE}..{seed}"
+    assert one == trace(seed, "two/")
+
+
+def takeovers(outcome: Any) -> list[tuple[Any, Any]]:
+    """(take, renew) pairs of a history: a take at the half-hour lapse told ``lapsed`` after a jump of the
+    world's time, and a later renew by the holder it took the lease from, told ``lost``."""
+    h = outcome.history
+    out = []
+    for take in h.of("take"):
+        if not (take.ok and take.reply["took"] == "lapsed" and take.arg("lapse_ms") == HALF_HOUR_LAPSE_MS):
+            continue
+        for renew in h.of("renew"):
+            if (renew.start > take.end and renew.agent == take.agent and renew.arg("thread") == take.arg("thread")
+                    and renew.arg("holder") != take.arg("holder") and renew.reply == {"reply": "lost"}):
+                out.append((take, renew))
+                break
+    return out
+
+
+SLEEPERS = range(4401, 4413)  # seeds whose long pauses, at PAUSES, cost a sleeper its lease (below)
+
+
+def test_a_long_pause_lets_another_take_the_lease_and_the_sleeper_is_told(tmp_path: Any,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """A machine that believed it held a lease sleeps through more than its lapse: another takes it over
+    (``lapsed``), the sleeper's renew on waking answers ``lost``, its end leaves the new lease alone, and the
+    checker finds every promise kept (``lease.one-holder``, the lease model)."""
+    caplog.set_level(logging.CRITICAL, logger="cloudstore")
+    inner = open_backend(Location("file", str(tmp_path), ""))
+    found = {seed: run_history(seed, "file", inner, f"s{seed}/", PAUSES) for seed in SLEEPERS}
+    assert {seed: [v.render(o.history) for v in o.violations] for seed, o in found.items() if o.violations} == {}
+    slept = [seed for seed, o in found.items() if o.tally.faults["long pause"]]
+    taken = [seed for seed, o in found.items() if takeovers(o)]
+    assert len(slept) >= len(SLEEPERS) // 2 and len(taken) >= 3, f"long pauses in {slept}, a lease taken in {taken}"
+
+
+def test_the_checker_flags_a_sleeper_that_still_holds_its_lease_on_waking(
+        tmp_path: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A renew that does not look at the holder (a sleeper that trusts what it remembers) is told ``done``
+    after another took the lease over: two holders at once, flagged the same way from the same seed."""
+    from cloudstore.store import leases
+
+    def renew_blindly(self: Any, agent: Any, thread: str, holder: str) -> bool:
+        def change(head: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+            return {**head, "holder": holder, "renewed": self.clock.now_ms()}, True
+
+        return bool(self.heads.update(self.space.keys(agent), thread, change, cached=True))
+
+    caplog.set_level(logging.CRITICAL, logger="cloudstore")
+    monkeypatch.setattr(leases.Leases, "renew", renew_blindly)
+    inner = open_backend(Location("file", str(tmp_path), ""))
+    found = {seed: run_history(seed, "file", inner, f"s{seed}/", PAUSES) for seed in SLEEPERS}
+    flagged = [seed for seed, o in found.items() if any(v.invariant == "lease.one-holder" for v in o.violations)]
+    assert flagged, "no sleeper's blind renew was flagged"
+    again = run_history(flagged[0], "file", inner, "again/", PAUSES)
+    assert sorted(v.invariant for v in again.violations) == sorted(v.invariant for v in found[flagged[0]].violations)
 
 
 def test_the_checker_accepts_a_race_and_flags_a_lost_own_write() -> None:

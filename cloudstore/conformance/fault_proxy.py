@@ -66,6 +66,19 @@ seeded generator); its ``seconds`` are one offset, or several taken in turn
 (replicas that disagree).  ``active`` False ends a window of shifts.  Each
 reply's shift is recorded (``Seen.shifted``).
 
+A proxy may also *stall* (``Stall``, ``proxy.stall``): the store stops
+answering for a window of time, then goes on, as a front end in a long GC
+pause or a failover does.  Every request the stall matches (as a rule
+does) that arrives in a window waits until the window ends before the proxy
+does anything with it, and so does every reply, or closing, the proxy is
+about to send in a window (a request that arrived before it, held by a
+delay or upstream): nothing is answered in the window, then everything at
+once.  Windows are ``seconds`` long, the first ``at`` seconds after the
+stall is given to the proxy, the next ``gap`` after one ends, ``times`` of
+them (or for ever); each of the three may be a range ``(low, high)`` drawn
+by the stall's own seeded generator, so a run replays.  Each request's wait
+is recorded (``Seen.stalled``).
+
 The SDKs reach it through their usual settings: ``proxy.redirect(env)``
 replaces the upstream URL by the proxy's in an emulator's environment
 (``AWS_ENDPOINT_URL_S3``, ``STORAGE_EMULATOR_HOST``).  Absolute URLs the
@@ -168,6 +181,7 @@ class Seen:
     shifted: float = 0.0  # seconds its reply's Date header was moved (DateShift)
     stripped: tuple[str, ...] = ()  # the preconditions taken off it before it was forwarded (``strip``)
     received: int = 0  # body bytes the client sent (a body in one request, or one part of a multi-request upload)
+    stalled: float = 0.0  # seconds it waited for stall windows (on arrival and before its reply)
 
 
 @dataclass
@@ -179,6 +193,7 @@ class _Request:
     body: bytes
     stripped: tuple[str, ...] = ()  # preconditions taken off before forwarding (``strip_preconditions``)
     as_sent: str = ""  # the target as the client sent it, when stripping changed it
+    stalled: float = 0.0  # seconds it waited for stall windows so far
 
     def header(self, name: str) -> str | None:
         name = name.lower()
@@ -563,6 +578,102 @@ def shifted_date(headers: list[tuple[str, str]], seconds: float) -> list[tuple[s
     return [*((k, v) for k, v in headers if k.lower() != "date"), ("Date", date)]
 
 
+Span = float | tuple[float, float]  # seconds, or a range (low, high) a stall draws from
+
+
+@dataclass
+class Stall:
+    """The store stops answering for windows of time, then goes on (see the module's docstring).
+
+    The first window begins ``at`` seconds after ``begin`` (``proxy.stall`` calls it), lasts
+    ``seconds``, and the next begins ``gap`` after one ends, ``times`` windows in all (None: for
+    ever).  Each of the three is a number or a range ``(low, high)``, drawn window by window, in
+    that order (at, seconds, gap, seconds, gap, ...), by ``random.Random(seed)``: the same seed
+    gives the same windows (``plan``).  Requests are matched as a rule matches them (``method``,
+    ``path``, ``content``; all by default).  ``clock`` is the time the windows are in (a test may
+    step it); ``active`` False ends the stall at once, and requests waiting on it go on.
+    """
+
+    seconds: Span = 1.0
+    at: Span = 0.0
+    gap: Span = 0.0
+    times: int | None = 1
+    method: str | None = None
+    path: str | None = None
+    content: bytes | None = None
+    seed: int = 0
+    clock: Callable[[], float] = time.monotonic
+    active: bool = True
+    held: int = 0  # requests (or replies) that waited for a window
+
+    def __post_init__(self) -> None:
+        for span in (self.seconds, self.at, self.gap):
+            low, high = span if isinstance(span, tuple) else (span, span)
+            if not 0.0 <= low <= high:
+                raise ValueError(f"a stall's times are seconds >= 0, a range low <= high: not {span!r}")
+        if self.times is not None and self.times < 1:
+            raise ValueError("times counts from 1 (None: for ever)")
+        for pattern in (self.path, self.content):
+            if pattern is not None:
+                re.compile(pattern)
+        self._random = random.Random(self.seed)
+        self._lock = threading.Lock()
+        self._origin: float | None = None
+        self._windows: list[tuple[float, float]] = []  # drawn so far, seconds after the origin
+
+    def _draw(self, span: Span) -> float:
+        return self._random.uniform(*span) if isinstance(span, tuple) else float(span)
+
+    def _drawn(self, count: int) -> list[tuple[float, float]]:
+        """The first ``count`` windows (fewer when ``times`` says so), as (start, end) after the origin."""
+        while len(self._windows) < count and (self.times is None or len(self._windows) < self.times):
+            start = self._draw(self.at) if not self._windows else self._windows[-1][1] + self._draw(self.gap)
+            self._windows.append((start, start + self._draw(self.seconds)))
+        return self._windows[:count]
+
+    def plan(self, count: int) -> list[tuple[float, float]]:
+        """The first ``count`` windows as (start, end), seconds after ``begin``: a function of the seed."""
+        with self._lock:
+            return list(self._drawn(count))
+
+    def begin(self, now: float | None = None) -> Stall:
+        """Start the windows' time from ``now`` (the clock's now by default)."""
+        with self._lock:
+            self._origin = self.clock() if now is None else now
+        return self
+
+    @property
+    def windows(self) -> list[tuple[float, float]]:
+        """The windows begun so far, as (start, end) in the clock's time."""
+        with self._lock:
+            if self._origin is None:
+                return []
+            since = self.clock() - self._origin
+            return [(self._origin + a, self._origin + b) for a, b in self._windows if a <= since]
+
+    def count_held(self) -> None:
+        with self._lock:
+            self.held += 1
+
+    def until(self, method: str, target: str, body: bytes) -> float | None:
+        """When the window that holds a request now ends (in the clock's time); None when none does."""
+        if not self.active or not selects(self.method, self.path, self.content, method, target, body):
+            return None
+        with self._lock:
+            if self._origin is None:
+                return None
+            since = self.clock() - self._origin
+            n = 1
+            while True:
+                drawn = self._drawn(n)
+                if len(drawn) < n or drawn[-1][0] > since:
+                    return None  # every window is over, or the next has not begun
+                start, end = drawn[-1]
+                if start <= since < end:
+                    return self._origin + end
+                n += 1
+
+
 @dataclass
 class FaultProxy:
     """A reverse proxy on 127.0.0.1 in front of ``upstream`` (``http://HOST:PORT``)."""
@@ -575,6 +686,7 @@ class FaultProxy:
     rules: list[Rule] = field(default_factory=list)
     limits: list[RateLimit] = field(default_factory=list)  # the cloud's throttles (see RateLimit)
     dates: list[DateShift] = field(default_factory=list)  # replies whose Date is moved (see DateShift)
+    stalls: list[Stall] = field(default_factory=list)  # windows in which the store answers nothing (see Stall)
     seen: list[Seen] = field(default_factory=list)
     #: Every request forwarded without its preconditions (a server that ignores them), whatever the rules.
     strip_all: bool = False
@@ -659,6 +771,13 @@ class FaultProxy:
             self.dates.append(shift)
         return shift
 
+    def stall(self, stall: Stall) -> Stall:
+        """Stall as ``stall`` says, its windows timed from now (``clear`` removes it)."""
+        stall.begin()
+        with self._lock:
+            self.stalls.append(stall)
+        return stall
+
     def on(self, action: str, method: str | None = None, path: str | None = None, **kw: object) -> Rule:
         """Shorthand: ``proxy.on("fail", "GET", r"/o/key", status=429)``."""
         return self.add(Rule(action, method, path, **kw))  # type: ignore[arg-type]
@@ -688,6 +807,7 @@ class FaultProxy:
             self.rules.clear()
             self.limits.clear()
             self.dates.clear()
+            self.stalls.clear()
 
     def _choose(self, request: _Request) -> Rule | None:
         chosen = None
@@ -703,10 +823,35 @@ class FaultProxy:
 
     def _record(self, request: _Request, at: float, status: int | None, upstream: int | None,
                 rule: Rule | None, sent: int = 0, action: str | None = None, shifted: float = 0.0) -> None:
+        """Record a request whose reply (or closing) is about to go; first, wait out any stall window."""
+        self._wait_stalls(request)
         with self._lock:
             self.seen.append(Seen(request.method, request.as_sent or request.target, status, upstream, at,
                                   rule.action if rule else action, sent, request.body[:CONTENT_KEPT],
-                                  time.monotonic(), shifted, request.stripped, len(request.body)))
+                                  time.monotonic(), shifted, request.stripped, len(request.body),
+                                  request.stalled))
+
+    def _wait_stalls(self, request: _Request) -> None:
+        """Wait while a stall's window holds ``request`` (windows may follow one another); counted on it."""
+        began = time.monotonic()
+        counted: set[int] = set()
+        while not self._stopping.is_set():
+            with self._lock:
+                stalls = list(self.stalls)
+            left: list[float] = []
+            for stall in stalls:
+                end = stall.until(request.method, request.target, request.body)
+                if end is None:
+                    continue
+                left.append(end - stall.clock())
+                if id(stall) not in counted:
+                    counted.add(id(stall))
+                    stall.count_held()
+            if not left:
+                break
+            self._stopping.wait(min(max(min(left), 0.001), 0.05))  # polled: ``active`` or a test's clock may end it
+        if counted:
+            request.stalled += time.monotonic() - began
 
     def _shift(self, request: _Request, reply: _Reply) -> float:
         """Move the reply's Date as the first DateShift that picks it says; the seconds moved."""
@@ -773,6 +918,7 @@ class FaultProxy:
     def _answer(self, sock: socket.socket, wfile, request: _Request) -> bool:
         """Handle one request; whether the client connection stays open."""
         at = time.monotonic()
+        self._wait_stalls(request)  # a store in a stall window sees nothing until it ends
         rule = self._choose(request)
         action = rule.action if rule else None
         close = (request.header("connection") or "").lower() == "close" or request.version == "HTTP/1.0"

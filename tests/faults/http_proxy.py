@@ -21,6 +21,7 @@ from cloudstore.conformance.fault_proxy import (  # noqa: F401
     RateLimit,
     Rule,
     Seen,
+    Stall,
     _Closed,
     _gcs_bucket,
     _gcs_written_name,

@@ -2,16 +2,26 @@
 
 ``Rig`` starts runners (``python -m cloudstore.scheduler`` with a JSON config),
 puts jobs through a driver of its own, and reads back what the fire command
-(``fire_record.py``) recorded.  A module of its own name (not conftest) so
+(``fire_record.py``) recorded; ``intervals``, ``overlaps`` and ``refires`` judge
+it from the command's side (with the runners' logs for the ends of the fires
+they killed, ``killed_ends``).  A runner can be stopped for a while
+(``RunnerProc.pause``: SIGSTOP, SIGCONT) and the machine starved of CPU
+(``starved``): the pauses of issue 44 (``benchmarks/scheduler_pauses.py`` uses
+them too).  A module of its own name (not conftest) so
 that tests import it unambiguously beside other test folders' conftests.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -45,6 +55,29 @@ class RunnerProc:
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
         """The runner's JSON log lines (stderr), those of event ``name`` only if given."""
         return read_events(self.log, name)
+
+    def pause(self, seconds: float) -> None:
+        """Stop the runner process itself (SIGSTOP, as a VM stall or a swap storm does) for ``seconds``, then
+        let it go on (SIGCONT); its drivers and its fires' commands run on meanwhile."""
+        self.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            self.proc.send_signal(signal.SIGCONT)
+
+
+@contextmanager
+def starved(processes: int | None = None) -> Iterator[list[subprocess.Popen]]:
+    """A machine starved of CPU: one busy-loop process per core (or ``processes``), ended on leaving."""
+    loops = [subprocess.Popen([sys.executable, "-S", "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+             for _ in range(processes or os.cpu_count() or 1)]
+    try:
+        yield loops
+    finally:
+        for loop in loops:
+            loop.kill()
+        for loop in loops:
+            loop.wait()
 
 
 @dataclass
@@ -109,6 +142,7 @@ class Rig:
         """SIGTERM every runner still alive and wait: their 'stopped' events get written."""
         for r in self.runners:
             if r.proc.poll() is None:
+                r.proc.send_signal(signal.SIGCONT)  # one stopped (``pause``) would not see the SIGTERM
                 r.proc.send_signal(signal.SIGTERM)
         for r in self.runners:
             try:
@@ -128,12 +162,16 @@ def key(record: dict[str, Any]) -> tuple[str | None, str, str]:
 
 
 def intervals(
-    records: list[dict[str, Any]], cut: dict[int, float] | None = None
+    records: list[dict[str, Any]], cut: dict[int, float] | None = None,
+    killed: dict[tuple[int, tuple], list[float]] | None = None,
 ) -> dict[tuple, list[tuple[float, float]]]:
     """Each job's firings as (start, end) from its start/end records, matched by the firing process.
 
-    A start with no end belongs to a fire killed with its runner: ``cut`` gives
-    when that runner (by pid) was killed, which ends it; any other open one is
+    Each start is ended by the first end after it of the same runner and job:
+    an end record, or a kill the runner logged (``killed``, from
+    ``killed_ends``: a command killed with SIGKILL records no end).  A start
+    with no end belongs to a fire killed with its runner: ``cut`` gives when
+    that runner (by pid) was killed, which ends it; any other open one is
     taken to run on forever (so it overlaps whatever comes after it).
     """
     starts: dict[tuple, dict[int, list[float]]] = {}
@@ -144,19 +182,53 @@ def intervals(
     out: dict[tuple, list[tuple[float, float]]] = {}
     for job, by_runner in starts.items():
         for ppid, ts in by_runner.items():
-            te = sorted(ends.get(job, {}).get(ppid, []))
-            for i, t0 in enumerate(sorted(ts)):
-                t1 = te[i] if i < len(te) else (cut or {}).get(ppid, float("inf"))
+            left = sorted(ends.get(job, {}).get(ppid, []) + (killed or {}).get((ppid, job), []))
+            for t0 in sorted(ts):
+                t1 = next((t for t in left if t >= t0), None)
+                if t1 is None:
+                    t1 = (cut or {}).get(ppid, float("inf"))
+                else:
+                    left.remove(t1)
                 out.setdefault(job, []).append((t0, t1))
     return out
 
 
-def assert_no_overlap(spans: dict[tuple, list[tuple[float, float]]]) -> None:
-    """No job was being fired by two runners at the same time."""
+def killed_ends(runners: list[RunnerProc]) -> dict[tuple[int, tuple], list[float]]:
+    """When each fire its runner killed (a claim fenced or lost, a timeout) ended, by (runner pid, job), from the
+    runner's ``fired`` events (started + duration)."""
+    out: dict[tuple[int, tuple], list[float]] = {}
+    for r in runners:
+        for e in r.events("fired"):
+            if e.get("killed"):
+                out.setdefault((r.proc.pid, key(e)), []).append(e["started"] + e["duration_ms"] / 1000)
+    return out
+
+
+Span = tuple[float, float]
+
+
+def overlaps(spans: dict[tuple, list[Span]]) -> list[tuple[tuple, Span, Span]]:
+    """Every firing that began while another firing of its job still ran: (job, that one, this one)."""
+    out = []
     for job, runs in spans.items():
         runs = sorted(runs)
-        for (s0, e0), (s1, e1) in zip(runs, runs[1:], strict=False):
-            assert e0 <= s1, f"job {job} fired twice at once: {s0:.3f}-{e0:.3f} and {s1:.3f}-{e1:.3f}"
+        for i, later in enumerate(runs):
+            running = [earlier for earlier in runs[:i] if later[0] < earlier[1]]
+            if running:
+                out.append((job, running[0], later))
+    return out
+
+
+def refires(records: list[dict[str, Any]]) -> int:
+    """Firings beyond each job's first (from the start records)."""
+    starts = Counter(key(r) for r in records if r["ev"] == "start")
+    return sum(n - 1 for n in starts.values())
+
+
+def assert_no_overlap(spans: dict[tuple, list[Span]]) -> None:
+    """No job was being fired by two runners at the same time."""
+    for job, (s0, e0), (s1, e1) in overlaps(spans)[:1]:
+        raise AssertionError(f"job {job} fired twice at once: {s0:.3f}-{e0:.3f} and {s1:.3f}-{e1:.3f}")
 
 
 class QuickFire:

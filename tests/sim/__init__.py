@@ -6,7 +6,10 @@ The parts, each a module:
                    FaultyBackend on the shared real backend) and what the seed
                    decides besides the schedule (nonces, marks, packing sizes).
 * ``scheduler``  - one thread runs at a time, the seed picks which, and which
-                   fault each backend request meets; held writes land late.
+                   fault each backend request meets; held writes land late;
+                   a machine sleeps, or the store stalls, past a lease's lapse.
+* ``simtime``    - the history's time: the real clock moved on by those jumps,
+                   for the store's Dates and listings and every machine's clocks.
 * ``workload``   - what each machine asks: seeded ops on a small key space, as a
                    client that believes the replies it got.
 * ``history``    - every op with its reply and the steps it spanned, every

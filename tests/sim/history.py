@@ -2,8 +2,16 @@
 
 Time is the scheduler's *step*: a counter raised each time the scheduler lets
 one thing happen (a machine starts an op, one backend request goes through
-with its fault, a late write lands).  Exactly one thread runs per step, so an
-op ``a`` certainly came before ``b`` when ``a.end < b.start``.
+with its fault, a late write lands, the world's time jumps).  Exactly one
+thread runs per step, so an op ``a`` certainly came before ``b`` when
+``a.end < b.start``.
+
+A *jump* (a long pause of a machine, a stall of the store: ``simtime``) moves
+the store's time on by more than the workload's half-hour lapse, at a step
+of its own (``History.jumps``).  An op's ``epochs`` are how many jumps came
+before its start and before its end: a lease last renewed at epoch e may be
+found lapsed (a half-hour lapse) only by a taker whose judgment came at a
+later epoch.
 
 An op's reply says how sure we are of its effect (``outcome``):
 
@@ -15,6 +23,7 @@ An op's reply says how sure we are of its effect (``outcome``):
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections.abc import Iterable
@@ -38,6 +47,7 @@ class Op:
     reply: dict
     start: int
     end: int
+    epochs: tuple[int, int] = (0, 0)  # jumps of the world's time before its start, and before its end
 
     @property
     def name(self) -> str:
@@ -106,11 +116,16 @@ class History:
     ops: list[Op] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
+    jumps: list[int] = field(default_factory=list)  # the steps at which the world's time jumped
 
     def add(self, machine: str, request: dict, reply: dict, start: int, end: int) -> Op:
-        op = Op(len(self.ops), machine, request, reply, start, end)
+        op = Op(len(self.ops), machine, request, reply, start, end, (self.epoch(start), self.epoch(end)))
         self.ops.append(op)
         return op
+
+    def epoch(self, step: int) -> int:
+        """How many jumps came before ``step``."""
+        return bisect.bisect_left(self.jumps, step)
 
     def of(self, *names: str) -> list[Op]:
         return [op for op in self.ops if op.name in names]

@@ -36,6 +36,14 @@ jobs
   jobs.mark-moves       job_mark differs across every acknowledged change of
                         waiting that came between two reads of it.
   jobs.mark-no-return   a mark value, once replaced, is never read again.
+leases
+  lease.one-holder      no two holders are ever both told they hold one lease: a
+                        take told ``took`` or ``lapsed`` (lapse above 0), or a
+                        renew told ``done``, by one holder, after another was
+                        told it took or renewed it, comes only once that one's
+                        lease may have ended: its end, a remove, a take at
+                        lapse 0, or (a take at the half-hour lapse) a jump of
+                        the store's time between them (a long pause, a stall).
 tools
   tools.never-widen     what one reply shows is within what any earlier reply showed.
   tools.intersection    at quiescence, the narrowing is the intersection of every
@@ -62,6 +70,7 @@ from typing import Any
 from .history import NOTHING_WORDS, UNKNOWN_WORDS, History, Op
 from .linear import linearizable
 from .models import MODELS, unb64
+from .workload import HALF_HOUR_LAPSE_MS
 
 TOKEN = re.compile(rb"\(([^()]*)\)")
 Words = tuple[str, ...]
@@ -355,6 +364,55 @@ def _marks(on: list[Op], agent: str) -> Iterator[Violation]:
 
 
 # --------------------------------------------------------------------------
+# Leases
+
+
+def acquires(op: Op) -> bool:
+    """Whether ``op`` told its holder it holds the lease (a take told took or lapsed, a renew told done)."""
+    return op.ok and (op.name == "take" and op.reply["took"] in ("took", "lapsed")
+                      or op.name == "renew" and op.reply["reply"] == "done")
+
+
+def may_end(o: Op, a: Op) -> bool:
+    """Whether ``o`` may end the lease ``a`` told its holder it holds (if it fell after ``a``)."""
+    holder = a.arg("holder")
+    if o.outcome == "nothing" or o.name == "renew":
+        return False
+    if o.name in ("remove", "end"):
+        return o.name == "remove" or o.arg("holder") == holder
+    lapse = o.arg("lapse_ms")  # a take by another holder: a steal, or across a jump since ``a``
+    return o.arg("holder") != holder and (lapse == 0 or lapse == HALF_HOUR_LAPSE_MS and o.epochs[1] > a.epochs[0])
+
+
+def check_leases(h: History) -> list[Violation]:
+    out: list[Violation] = []
+    ops = [op for op in h.ops if op.name in ("take", "renew", "end", "remove")]
+    for (agent, thread), on in group(ops, lambda o: (o.agent, o.arg("thread"))).items():
+        words = words_of(agent, thread)
+        told = [o for o in on if acquires(o)]
+        for b in told:
+            if b.name == "take" and b.arg("lapse_ms") == 0:
+                continue  # a take at lapse 0 takes any lease, by design
+            for a in told:
+                if a.arg("holder") == b.arg("holder") or not before(a, b):
+                    continue
+                if b.name == "take" and b.arg("lapse_ms") == HALF_HOUR_LAPSE_MS and b.epochs[1] > a.epochs[0]:
+                    continue  # the store's time jumped past the lapse since ``a``
+                mine_again = [o for o in on if o.name == "take" and o.arg("holder") == b.arg("holder")
+                              and o is not b and o.may_fall_between(a.start, b.end)]
+                if b.name == "renew" and mine_again:
+                    continue  # b's holder may have taken it back meanwhile
+                if any(may_end(o, a) and o.may_fall_between(a.start, b.end) for o in on if o is not a and o is not b):
+                    continue
+                what = f"took ({b.reply['took']})" if b.name == "take" else "renewed"
+                out.append(Violation("lease.one-holder", b, f"{b.arg('holder')} told it {what} the lease while "
+                                     f"{a.machine} #{a.index} had told {a.arg('holder')} it holds it, and nothing "
+                                     "that could end that lease may have come between", [a], words))
+                break
+    return out
+
+
+# --------------------------------------------------------------------------
 # Tools
 
 
@@ -449,7 +507,7 @@ def check_models(h: History, budget: int = 50_000) -> tuple[list[Violation], int
     return out, undecided
 
 
-CHECKS = (check_errors, check_conversations, check_files, check_jobs, check_tools)
+CHECKS = (check_errors, check_conversations, check_files, check_jobs, check_leases, check_tools)
 
 
 def check(h: History) -> tuple[list[Violation], int]:

@@ -11,7 +11,9 @@ job marks too, where ``jobs`` draws them from ``random``) is a seeded RNG, the
 CAS loops' backoff sleeps are skipped (only the scheduler orders machines),
 a pool a module makes of its own runs in the machine's thread,
 and ``packing.PACK_MIN`` / ``PACK_MAX`` are made small so that blocks are packed
-within a history.  Everything is restored afterwards.
+within a history; and every clock the drivers read is the history's
+(``simtime``: the real one, moved on by long pauses and stalls).  Everything is
+restored afterwards.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from __future__ import annotations
 import json
 import random
 import sys
-import time
 import types
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from faults.backend import FaultyBackend
@@ -34,11 +36,13 @@ import cloudstore.store.jobs as jobs
 import cloudstore.store.packing as packing
 import cloudstore.store.space as space_module
 from cloudstore.clock import StoreClock
-from cloudstore.generations import Backend, RetryingStore, RetryPolicy
+from cloudstore.generations import Backend, Listed, RetryingStore, RetryPolicy
 from cloudstore.protocol.answerer import BUCKET_SETTING as BUCKET
 from cloudstore.protocol.answerer import Answerer, encode_reply
 from cloudstore.protocol.service import Service
 from cloudstore.store.space import Space
+
+from .simtime import SimTime, patch_clocks
 
 #: Retries that never sleep: the scheduler orders everything.
 POLICY = RetryPolicy(attempts=6, first_delay=0.0, max_delay=0.0, deadline=60.0, throttle_delay=0.0)
@@ -114,8 +118,9 @@ class SeededSidePool(SerialPool):
 
 
 @contextmanager
-def seeded(seed: int) -> Iterator[dict]:
-    """The drivers' randomness, sleeps and packing sizes as the seed says, for one history."""
+def seeded(seed: int, sim: SimTime | None = None) -> Iterator[dict]:
+    """The drivers' randomness, sleeps and packing sizes as the seed says, and their clocks ``sim``'s, for one
+    history."""
     rng = random.Random(f"entropy:{seed}")
     knobs = {"packing": random.Random(f"knobs:{seed}").choice(PACKINGS)}
     saved: list[tuple[Any, str, Any]] = []
@@ -143,6 +148,8 @@ def seeded(seed: int) -> Iterator[dict]:
     patch(packing, "PACK_MAX", pack_max)
     patch(conversations, "HINT_EVERY", hint_every)
     patch(conversations, "PREFETCH_HINT_EVERY", hint_every)
+    if sim is not None:
+        patch_clocks(sim, patch)
     try:
         yield knobs
     finally:
@@ -178,17 +185,39 @@ class OwnClock(FaultyBackend):
     the Dates the scheduler hands it (``Scheduler._date``).  Its first
     evidence is an honest reply, as a driver's first request is on a store
     whose clock agrees with the machine's (the store here runs on this machine).
+
+    Times are the history's (``sim``): each write is stamped when it is
+    applied (now, or when a held write lands), and listings give ``modified``
+    in the history's time (``simtime``).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, sim: SimTime | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.sim = sim or SimTime()
         self.own_clock = StoreClock()
-        now = time.time()
+        now = self.sim.time()
         self.own_clock.observe(now, now, float(int(now)), 1.0)
 
     @property
     def clock(self) -> StoreClock:
         return self.own_clock
+
+    def _call(self, op: str, key: str, run: Callable[[], Any], stripped: Callable[[], Any] | None = None,
+              **extra: Any) -> Any:
+        if op in ("put", "delete"):
+            run, stripped = self._stamped(key, run), None if stripped is None else self._stamped(key, stripped)
+        return super()._call(op, key, run, stripped, **extra)
+
+    def _stamped(self, key: str, write: Callable[[], Any]) -> Callable[[], Any]:
+        def applied() -> Any:
+            self.sim.stamp(key)
+            return write()
+
+        return applied
+
+    def list(self, prefix: str, start_after: str | None, limit: int | None) -> Iterator[Listed]:
+        return iter([replace(item, modified=self.sim.modified(item.key, item.modified))
+                     for item in super().list(prefix, start_after, limit)])
 
 
 class ConditionalDeletes:

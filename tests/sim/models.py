@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .history import Op
-from .workload import JOB_IDS, PLACES, THREADS
+from .workload import HALF_HOUR_LAPSE_MS, JOB_IDS, PLACES, THREADS
 
 Key = tuple[str, str]
 States = list[Hashable]
@@ -107,34 +107,42 @@ CONVERSATIONS = Model("conversations", frozenset({"read", "last"}), frozenset({"
 
 
 # --------------------------------------------------------------------------
-# Leases (lapse_ms is 0, always lapsed, or so long that it never is within a history: 30 min or more)
+# Leases.  lapse_ms is 0 (always lapsed), half an hour (lapsed only across a jump of the store's time:
+# history.py), or so long that it never is within a history.  A state is (holder, epoch) or None: the epoch
+# is the op's first, the earliest its renewal can be dated (so a later taker may find it lapsed at the most
+# moments its replies allow); a taker judges at its op's last epoch, the latest its judgment can fall.
 
 
-def lease_step(state: str | None, op: Op, key: Key) -> States:
+def lease_step(state: tuple[str, int] | None, op: Op, key: Key) -> States:
+    holder_now = None if state is None else state[0]
     if op.name == "remove":
         return [None]
     if op.name == "leases":
         holders = [lease["holder"] for lease in op.reply["leases"] if lease["thread"] == key[1]]
-        return [state] if holders == ([] if state is None else [state]) else []
+        return [state] if holders == ([] if holder_now is None else [holder_now]) else []
     holder = op.arg("holder")
-    free = state is None or state == holder
+    free = holder_now is None or holder_now == holder
+    mine = (holder, op.epochs[0])
     if op.name == "take":
-        may_take = free or op.arg("lapse_ms") == 0
+        lapse = op.arg("lapse_ms")
+        may_lapse = lapse == 0 or lapse == HALF_HOUR_LAPSE_MS and state is not None and op.epochs[1] > state[1]
         if not op.ok:
-            return [holder] if may_take else []
+            return [mine] if free or may_lapse else []
         took = op.reply["took"]
         if took == "took":
-            return [holder] if free else []
+            return [mine] if free else []
         if took == "lapsed":
-            return [holder] if not free and op.arg("lapse_ms") == 0 else []
-        # held: another holder has it (with lapse 0, a taker that lost the race to it)
+            return [mine] if not free and may_lapse else []
+        # held: another holder has it (with lapse 0, a taker that lost the race to it); a lapsed lease may be
+        # found held too: a clock set aside as wrong delays a takeover, never brings one forward
         return [state] if took == "held" and not free else []
     if op.name == "renew":
         if not op.ok:
             return []
-        return [state] if (op.reply["reply"] == "done") == (state == holder) else []
+        return [mine if holder_now == holder else state] if (op.reply["reply"] == "done") == (holder_now == holder) \
+            else []
     if op.name == "end":
-        if state == holder:
+        if holder_now == holder:
             return [None]
         return [] if not op.ok else [state]
     return []

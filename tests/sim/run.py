@@ -24,6 +24,7 @@ from .history import History
 from .invariants import Violation, check
 from .machines import POLICY, ConditionalDeletes, OwnClock, answerer_on, seeded
 from .scheduler import Abort, Knobs, Scheduler, Tally
+from .simtime import SimTime
 from .workload import AGENTS, LONG_LAPSE_MS, PATHS, PLACES, THREADS, Workload
 
 
@@ -74,16 +75,17 @@ def run_history(seed: int, backend: str, inner: Backend, prefix: str, knobs: Kno
     limbo = Limbo()
     shape = random.Random(f"shape:{seed}")
     count = shape.choice((2, 3, 3))
-    sched = Scheduler(seed, limbo, history, knobs, short=lambda key: key[len(prefix):])
-    with seeded(seed) as patched:
+    sim = SimTime()
+    sched = Scheduler(seed, limbo, history, knobs, short=lambda key: key[len(prefix):], sim=sim)
+    with seeded(seed, sim) as patched:
         threads = []
         for i in range(count):
             name = f"m{i}"
-            faulty = OwnClock(inner, name, limbo=limbo)
+            faulty = OwnClock(inner, name, limbo=limbo, sim=sim)
             slot = sched.slot(name, faulty.clock)
             faulty.plan = lambda call, slot=slot: sched.gate(slot, call)
             answer = answerer_on(RetryingStore(faulty, POLICY), prefix, random.Random(f"together:{seed}:{name}"))
-            work = Workload(seed, name)
+            work = slot.work = Workload(seed, name)
             n_ops = shape.randint(*ops_per_machine)
             threads.append(threading.Thread(target=_machine, args=(sched, slot, answer, work, n_ops, history),
                                             name=f"sim-{seed}-{name}", daemon=True))
@@ -95,7 +97,7 @@ def run_history(seed: int, backend: str, inner: Backend, prefix: str, knobs: Kno
             for t in threads:
                 t.join(timeout=30)
         sched.settle()
-        answer = answerer_on(RetryingStore(inner, POLICY), prefix)
+        answer = answerer_on(RetryingStore(OwnClock(inner, "final", sim=sim), POLICY), prefix)
         for request in final_requests(history):
             sched.step += 1
             history.add("final", request, answer(request), sched.step, sched.step)
@@ -106,7 +108,9 @@ def run_history(seed: int, backend: str, inner: Backend, prefix: str, knobs: Kno
 def _machine(sched: Scheduler, slot: Any, answer: Callable[[dict], dict], work: Workload, n_ops: int,
              history: History) -> None:
     try:
-        for _ in range(n_ops):
+        done = 0
+        while done < n_ops or work.queued:  # what the scheduler put first is sent even after its own ops
+            done += 1
             sched.wait_start(slot)
             request = work.next_request()
             start = sched.step

@@ -34,6 +34,25 @@ No machine ever sees ``RESTART_AFTER`` agreeing shifted replies in a row (an
 honest one is put between): that would be a clock that really stepped,
 which ``clock.py`` follows by design, and a store whose clock steps is not
 what these faults are.
+
+Time faults (issue 44): the world's time moves on, at once, by more than the
+workload's half-hour lapse (``jump_minutes``; ``simtime`` moves the store's
+``Date`` replies, its listings' times and every machine's clocks alike), at
+most ``jumps`` times a history, each its own step (``History.jumps``), drawn
+by their own seeded RNG (a seed's schedule is what it was until one comes):
+
+* a *long pause* of one machine (a SIGSTOP, a VM stall, a swap storm): it
+  stops where it is (between ops, or at a gate, its request's time check
+  passed: it is sent on waking); the others finish the ops they are in; the
+  time jumps; the others run for ``long_pause_steps`` while it stays stopped;
+* a *stall* of the store (the fault proxy's ``Stall``): the time jumps with
+  every machine where it is, each gated request answered after it.
+
+When a machine believes it holds a lease (``Workload.holds``: a take or renew
+told so), the jump gives another machine, first thing, a take of that lease
+by the other holder at the half-hour lapse, and the believer, first thing,
+its renew and end: the takeover a pause allows, and what the sleeper must be
+told on waking (``lost``; an end that leaves the new holder's lease alone).
 """
 
 from __future__ import annotations
@@ -44,12 +63,14 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from faults.backend import Call, Fault, Limbo
 
 from cloudstore.clock import RESTART_AFTER, StoreClock
 
 from .history import Event, History
+from .simtime import SimTime
 
 IDLE, GATE, RUNNING, DONE = "idle", "gate", "running", "done"
 START = "start"
@@ -91,6 +112,11 @@ class Knobs:
     #: check (server_check.py) is made once per process, not per request.  Above 0 it proves the checker
     #: sees what such a server does (tests/test_simulation.py).
     strip_rate: float = 0.0
+    long_pause_rate: float = 0.003  # a step starts a long pause of a machine (module docstring)...
+    stall_rate: float = 0.0015  # ...or a stall of the store
+    jump_minutes: tuple[float, float] = (31.0, 50.0)  # past the half-hour lapse; under jobs' TOMBSTONE_MS hour
+    jumps: int = 1  # at most, per history: the store's time stays within the hour a tombstone is kept
+    long_pause_steps: tuple[int, int] = (4, 16)  # steps the others run after the jump while the sleeper sleeps
     stuck_seconds: float = 60.0
 
 
@@ -112,6 +138,7 @@ class Slot:
     replica: tuple[int, float] | None = None  # (every nth reply, seconds off) for the whole history
     replies: int = 0  # replies this machine observed
     agreeing: tuple[float, int] = (0.0, 0)  # (shift, how many replies in a row were shifted by it)
+    work: Any = None  # its Workload: the leases it believes it holds, and requests put first
 
 
 @dataclass
@@ -156,9 +183,12 @@ class Scheduler:
     """Lets exactly one machine's thread run at a time, in an order the seed decides."""
 
     def __init__(self, seed: int, limbo: Limbo, history: History, knobs: Knobs,
-                 short: Callable[[str], str] = lambda key: key) -> None:
+                 short: Callable[[str], str] = lambda key: key, sim: SimTime | None = None) -> None:
         self.rng = random.Random(f"schedule:{seed}")
         self.clock_rng = random.Random(f"clock:{seed}")  # its own: the schedule of a seed stays what it was
+        self.time_rng = random.Random(f"time:{seed}")  # the same for long pauses and stalls
+        self.sim = sim or SimTime()
+        self.sleeper: Slot | None = None  # the machine in a long pause, until the time has jumped
         self.limbo = limbo
         self.history = history
         self.knobs = knobs
@@ -220,8 +250,13 @@ class Scheduler:
                     if self.limbo.held and self.rng.random() < self.knobs.land_rate:
                         self._land(self.rng.randrange(len(self.limbo.held)), land=True)
                         continue
+                    if self.sleeper is not None:
+                        self._drain(live)
+                        continue
                     ready = [s for s in live if s.paused_until <= self.step]
                     slot = self.rng.choice(ready or live)
+                    if self._time_fault(live):
+                        continue
                     if self.rng.random() < self.knobs.pause_rate and len(ready) > 1:
                         self._pause(slot)
                         continue
@@ -319,7 +354,7 @@ class Scheduler:
         if shift and shift == same and run + 1 >= RESTART_AFTER:
             shift = 0.0  # an honest reply between: never a clock that really stepped (module docstring)
         slot.agreeing = (shift, run + 1 if shift == same else 1) if shift else (0.0, 0)
-        now = time.time()
+        now = self.sim.time()
         if shift:
             self.tally.faults[f"date {kind}"] += 1
             slot.clock.observe(now, now, now + shift, 1.0)
@@ -342,6 +377,61 @@ class Scheduler:
 
     def _pause(self, slot: Slot) -> None:
         slot.paused_until = self.step + self.rng.randint(*self.knobs.pause_steps)
+
+    # -- time faults (the module's docstring)
+
+    def _time_fault(self, live: list[Slot]) -> bool:
+        """Whether this step starts a long pause (of a machine that believes it holds a lease) or a stall."""
+        knobs = self.knobs
+        if len(self.history.jumps) >= knobs.jumps:
+            return False
+        draw = self.time_rng.random()
+        believers = [s for s in live if s.work is not None and s.work.holds]
+        if draw < knobs.long_pause_rate and len(live) > 1 and believers:  # a pause that may cost a lease
+            self.sleeper = self.time_rng.choice(believers)
+            self.history.events.append(Event(self.step, self.sleeper.name, "pause", "stops: a long pause begins"))
+            return True
+        if knobs.long_pause_rate <= draw < knobs.long_pause_rate + knobs.stall_rate:
+            self._jump(live, None)
+            return True
+        return False
+
+    def _drain(self, live: list[Slot]) -> None:
+        """While a machine sleeps: let the others finish the ops they are in, then jump."""
+        busy = [s for s in live if s is not self.sleeper and s.state == GATE]
+        if not busy:
+            self._jump(live, self.sleeper)
+            return
+        slot = self.rng.choice(busy)
+        assert slot.call is not None
+        slot.grant = self._fault(slot, slot.call)
+        slot.state = RUNNING
+        slot.wake.notify()
+
+    def _jump(self, live: list[Slot], sleeper: Slot | None) -> None:
+        """The world's time moves on (every machine stopped); a lease believed held meets a taker."""
+        rng = self.time_rng
+        minutes = rng.uniform(*self.knobs.jump_minutes)
+        self.sim.jump(minutes * 60)
+        self.history.jumps.append(self.step)
+        kind = "long pause" if sleeper is not None else "stall"
+        self.tally.faults[kind] += 1
+        text = (f"sleeps through {minutes:.1f} min" if sleeper is not None
+                else f"the store stalls {minutes:.1f} min")
+        believers = [sleeper] if sleeper is not None else [s for s in live if s.work is not None and s.work.holds]
+        believer = rng.choice(believers) if believers else None
+        takers = [s for s in live if s is not believer and s.work is not None]
+        if believer is not None and believer.work is not None and believer.work.holds and takers:
+            key = rng.choice(sorted(believer.work.holds))
+            (agent, holder), thread = believer.work.holds[key], key[1]
+            taker = rng.choice(takers)
+            taker.work.contend(agent, thread, holder)
+            believer.work.resume(agent, thread, holder)
+            text += f"; {taker.name} will take {agent['id']}/{thread} from {holder}, {believer.name} renew and end it"
+        self.history.events.append(Event(self.step, sleeper.name if sleeper is not None else "-", "jump", text))
+        if sleeper is not None:
+            sleeper.paused_until = self.step + rng.randint(*self.knobs.long_pause_steps)
+            self.sleeper = None
 
     def _land(self, index: int, land: bool) -> None:
         if land:

@@ -6,7 +6,11 @@ and op number) in what it writes: an event's ``tag``, a job's spec, a file's
 bytes ``(m1.17)``, so the checker can trace any stored value to the one op
 that sent it.  Each machine keeps what a client would believe: the last
 ``seq`` of a conversation and the version of a file it was last told, and
-asks with those (stale beliefs make ``taken`` / ``stale`` races).
+asks with those (stale beliefs make ``taken`` / ``stale`` races), and which
+leases it believes it holds (``holds``).  The scheduler may put requests of
+its own first (``queued``): when a long pause or a stall moves the store's
+time past a half-hour lapse, another machine's take of a lease this one
+believes it holds, and this one's renew and end of it once it resumes.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ PATHS = ("instructions/main.md", "skills/greet/SKILL.md")
 PLACES = ("waiting", "firing", "ending")
 HOLDERS = ("h0", "h1")
 TOOLS = ("read", "write", "shell", "web", "mail", "calc", "draw", "mind")
-LONG_LAPSE_MS = 1_000_000_000  # wall time never decides a lease
-#: Never lapses within a history either (a history lasts seconds), but a reply dated an hour ahead,
+LONG_LAPSE_MS = 1_000_000_000  # wall time never decides a lease (11.6 days: more than a history's jumps)
+#: Lapses within a history only across a jump of the store's time (a long pause, a stall: ``simtime``,
+#: more than half an hour each); without one a history lasts seconds, and a reply dated an hour ahead,
 #: believed, would make it lapse: so a clock fault that brings a takeover forward is a violation.
 HALF_HOUR_LAPSE_MS = 1_800_000
 DUE_BASE = 1_900_000_000
@@ -59,6 +64,9 @@ class Workload:
         self.count = 0
         self.last_seq: dict[tuple[str, str], int] = {}
         self.file_version: dict[tuple[str, str], int] = {}
+        #: (agent id, thread) -> (agent, holder): the leases this client was last told it holds
+        self.holds: dict[tuple[str, str], tuple[dict, str]] = {}
+        self.queued: list[dict] = []  # requests to send before any of its own (the scheduler's)
         ops: list[tuple[int, Callable[[dict], dict]]] = [
             (14, self.append), (4, self.read), (2, self.last), (1, self.remove),
             (3, self.take), (2, self.renew), (2, self.end),
@@ -72,6 +80,8 @@ class Workload:
 
     def next_request(self) -> dict:
         self.count += 1
+        if self.queued:
+            return self.queued.pop(0)
         agent = self.pick(AGENTS)
         make = self.rng.choices(self.makers, self.weights)[0]
         return {"agent": dict(agent), **make(agent)}
@@ -185,6 +195,28 @@ class Workload:
 
     # -- what the client learns
 
+    def _believe(self, op: str, key: tuple[str, str], request: dict, reply: dict) -> None:
+        """Which lease of ``key`` this client holds, as the replies told it (an error tells nothing)."""
+        kind = reply.get("reply")
+        if kind is None or kind == "error":
+            return
+        acquired = op == "take" and reply.get("took") in ("took", "lapsed") or op == "renew" and kind == "done"
+        if acquired:
+            self.holds[key] = (request["agent"], request["holder"])
+        elif op == "remove" or op in ("take", "renew", "end") and self.holds.get(key, ({}, ""))[1] == request["holder"]:
+            self.holds.pop(key, None)  # told held, lost or ended: no longer ours; removed: nobody's
+
+    def contend(self, agent: dict, thread: str, holder: str) -> None:
+        """Send first a take of the lease ``holder`` holds, by the other holder, at the half-hour lapse."""
+        other = next(h for h in HOLDERS if h != holder)
+        self.queued.append({"op": "take", "agent": dict(agent), "thread": thread, "holder": other,
+                            "lapse_ms": HALF_HOUR_LAPSE_MS})
+
+    def resume(self, agent: dict, thread: str, holder: str) -> None:
+        """Send first the renew of a lease believed held, then its end: what a holder does on waking."""
+        for op in ("renew", "end"):
+            self.queued.append({"op": op, "agent": dict(agent), "thread": thread, "holder": holder})
+
     def observe(self, request: dict, reply: dict) -> None:
         op, kind = request["op"], reply.get("reply")
         agent = request["agent"]["id"]
@@ -201,6 +233,7 @@ class Workload:
                 seen = 0
             if seen is not None:
                 self.last_seq[key] = seen
+            self._believe(op, key, request, reply)
         if "path" in request:
             key = (agent, request["path"])
             version: int | None = None
