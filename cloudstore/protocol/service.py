@@ -46,6 +46,7 @@ from . import validate as v
 
 Reply = dict[str, Any]
 
+RENEW_MAX = 256  # leases one lease_renew renews at most
 DUE_LIMIT, DUE_LIMIT_MAX = 100, 1000  # job_due entries per reply: default, and one listing page at most
 UNKNOWN_WORDS = "outcome unknown: the change may or may not have been made"
 UNCHANGED_WORDS = "nothing was changed"
@@ -226,11 +227,22 @@ class Service:
         return {"reply": "took", "took": self.leases_.take(agent, thread, holder, lapse_ms)}
 
     def op_lease_take(self, req: dict, agent: v.Agent) -> Reply:
-        """Not in the wire protocol: ``take``, naming the holder when ``held`` (null otherwise)."""
+        """Not in the wire protocol: ``take``, naming the holder when ``held`` (null otherwise) and the
+        lease's fence when it is ``holder``'s (null otherwise; leases.py)."""
         thread, holder = v.string(req, "thread"), v.string(req, "holder")
         lapse_ms = v.integer(req, "lapse_ms", minimum=0)
-        took, held_by = self.leases_.take_naming(agent, thread, holder, lapse_ms)
-        return {"reply": "took", "took": took, "holder": held_by}
+        took, held_by, fence = self.leases_.take_fenced(agent, thread, holder, lapse_ms)
+        return {"reply": "took", "took": took, "holder": held_by, "fence": fence}
+
+    def op_lease_renew(self, req: dict, agent: v.Agent) -> Reply:
+        """Not in the wire protocol: ``renew`` of each of ``threads`` (1 to 256 strings) for ``holder``,
+        all at once: ``{"reply": "renewed", "renewed": [bool, ...]}`` in their order (false: ``lost``)."""
+        holder = v.string(req, "holder")
+        threads = v.field(req, "threads")
+        if not isinstance(threads, list) or not 1 <= len(threads) <= RENEW_MAX:
+            raise v.RequestError(f"'threads' must be a list of 1 to {RENEW_MAX} threads")
+        names = [v.string({"thread": t}, "thread") for t in threads]
+        return {"reply": "renewed", "renewed": self.leases_.renew_all(agent, names, holder)}
 
     def op_renew(self, req: dict, agent: v.Agent) -> Reply:
         thread, holder = v.string(req, "thread"), v.string(req, "holder")
@@ -305,7 +317,10 @@ class Service:
         With ``thread``, ``holder`` and ``lapse_ms`` (the claim lease) and
         ``not_after`` (a due this late is not claimed), the lease is taken in
         the same op and the reply also says ``took``, ``holder`` (when
-        ``held``) and ``recovered`` (``Jobs.claim``): three round trips in all.
+        ``held``), ``recovered`` and ``fence`` (the lease's, with a job to
+        fire) (``Jobs.claim``): three round trips in all.  With ``recover``
+        true, only a job left in firing is claimed (its record written anew
+        under the new lease first), never one from waiting.
         """
         job_id = v.job_id(v.field(req, "id"))
         if "holder" not in req:
@@ -313,12 +328,37 @@ class Service:
         thread, holder = v.string(req, "thread"), v.string(req, "holder")
         lapse_ms = v.integer(req, "lapse_ms", minimum=0)
         not_after = v.number(req, "not_after")
+        recover = v.boolean(req, "recover", default=False)
         claimed = self.jobs.claim(
             agent, job_id,
-            take=lambda wanted: self.leases_.take_naming(agent, thread, holder, lapse_ms, guess=True, wanted=wanted),
+            take=lambda wanted: self.leases_.take_fenced(agent, thread, holder, lapse_ms, guess=not recover,
+                                                         wanted=wanted),
             release=lambda: self.leases_.end(agent, thread, holder),
-            not_after=not_after)
+            not_after=not_after, recover=recover)
         return claimed.wire()
+
+    def op_job_finish(self, req: dict, agent: v.Agent) -> Reply:
+        """Not in the wire protocol: the finish of a fire that ended, only under its claim.
+
+        (``id``, ``thread``, ``holder``, ``fence``, ``keep_ending``): the job
+        leaves firing (into ending when ``keep_ending``, else removed) only while
+        the lease on ``thread`` is ``holder``'s with that ``fence`` (lapsed but
+        not taken over counts), and then the lease is ended: ``finished``
+        (whether the job left firing now), ``ours`` true.  Otherwise nothing
+        changes: ``ours`` false and ``holder``, who holds it (null: nobody)
+        (``Jobs.finish``).
+        """
+        job_id = v.job_id(v.field(req, "id"))
+        thread, holder = v.string(req, "thread"), v.string(req, "holder")
+        fence = v.integer(req, "fence", minimum=0)
+        keep_ending = v.boolean(req, "keep_ending", default=False)
+
+        def ours() -> str | None:
+            held_by, held_fence = self.leases_.holder_of(agent, thread)
+            return None if held_by == holder and held_fence == fence else held_by or ""
+
+        return self.jobs.finish(agent, job_id, ours, lambda: self.leases_.end(agent, thread, holder, fence),
+                                keep_ending).wire()
 
     def op_job_day(self, req: dict, agent: v.Agent) -> Reply:
         day, sent = self.jobs.day(agent)
@@ -409,6 +449,7 @@ OPS: dict[str, Op] = {
     "end": Op(Service.op_end, "leases"),
     "leases": Op(Service.op_leases, "leases", read_only=True),
     "lease_take": Op(Service.op_lease_take, "leases", scheduler_only=True),
+    "lease_renew": Op(Service.op_lease_renew, "leases", scheduler_only=True),
 
     "job_put": Op(Service.op_job_put, "jobs"),
     "job_get": Op(Service.op_job_get, "jobs", read_only=True),
@@ -423,6 +464,7 @@ OPS: dict[str, Op] = {
     "job_due": Op(Service.op_job_due, "jobs", scheduler_only=True),
     "job_claims": Op(Service.op_job_claims, "jobs", scheduler_only=True),
     "job_claim": Op(Service.op_job_claim, "jobs", scheduler_only=True),
+    "job_finish": Op(Service.op_job_finish, "jobs", scheduler_only=True),
 
     "file_read": Op(Service.op_file_read, "files", read_only=True),
     "file_list": Op(Service.op_file_list, "files", read_only=True),

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import stored
-from .heads import HEAD, Heads, checked, has_lease, without_lease
+from .heads import HEAD, Heads, checked, fence_of, has_lease, next_fence, without_lease
 from .model import Agent
 from .space import KEEP, Space
 
@@ -42,6 +42,12 @@ def lapsed(lease: dict[str, Any], lapse_ms: int, now: int) -> bool:
     return now - int(lease["renewed"]) >= lapse_ms
 
 
+def held_under(head: dict[str, Any], holder: str, fence: int | None) -> bool:
+    """Whether ``holder`` holds the head's lease, with fence ``fence`` when one is named.  A lapsed lease
+    nobody took over is still its holder's: only a take moves it on."""
+    return has_lease(head) and head["holder"] == holder and (fence is None or fence_of(head) == fence)
+
+
 class Leases:
     """take, renew, end, leases (``remove`` ends a lease with the epoch's bump: conversations.py)."""
 
@@ -55,7 +61,20 @@ class Leases:
 
     def take_naming(self, agent: Agent, thread: str, holder: str, lapse_ms: int,
                     guess: bool = False, wanted: Callable[[str], bool] | None = None) -> tuple[str, str | None]:
-        """``take``, and who holds the lease when the answer is ``held`` (else None).
+        """``take``, and who holds the lease when the answer is ``held`` (else None): ``take_fenced``
+        without its fence."""
+        took, held_by, _ = self.take_fenced(agent, thread, holder, lapse_ms, guess, wanted)
+        return took, held_by
+
+    def take_fenced(self, agent: Agent, thread: str, holder: str, lapse_ms: int, guess: bool = False,
+                    wanted: Callable[[str], bool] | None = None) -> tuple[str, str | None, int | None]:
+        """``take``, who holds the lease when the answer is ``held`` (else None), and the lease's fence
+        when it is ``holder``'s (``took``, ``lapsed``; else None).
+
+        The fence (heads.py) is the lease's start: a take that gives the
+        lease to a holder (from no lease, or from a lapsed one) writes
+        ``max(now, the fence before + 1)``, so it only grows across a
+        thread's holders; a take by the holder itself renews and keeps it.
 
         The scheduler's own driver answers this as ``lease_take``: a runner
         refused a job's claim learns which runner has it, and so which
@@ -83,26 +102,29 @@ class Leases:
         tried: list[tuple[Any, Any, Any] | None] = [None]
         rounds = [0]
 
-        def change(head: dict[str, Any]) -> tuple[Any, tuple[str, str | None]]:
+        def change(head: dict[str, Any]) -> tuple[Any, tuple[str, str | None, int | None]]:
             rounds[0] += 1
             from_read = not (guess and rounds[0] == 1)
             now = self.clock.now_ms()  # what is written; lapse is judged by the earliest plausible time
             if has_lease(head):
                 if head["holder"] == holder:
-                    return {**head, "renewed": now}, ("took", None)
+                    return {**head, "renewed": now}, ("took", None, fence_of(head))
                 lease = (head["holder"], head.get("started"), head.get("renewed"))
                 if not lapsed(head, lapse_ms, self.clock.earliest_ms()) or tried[0] is not None and lease != tried[0]:
-                    return KEEP, ("held", str(head["holder"]))
+                    return KEEP, ("held", str(head["holder"]), None)
                 if from_read and wanted is not None and not wanted("lapsed"):
-                    return KEEP, ("skipped", None)
+                    return KEEP, ("skipped", None, None)
                 if from_read:
                     tried[0] = lease
-                return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, ("lapsed", None)
-            if from_read and wanted is not None and not wanted("took"):
-                return KEEP, ("skipped", None)
-            if from_read:
-                tried[0] = (None, None, None)  # no lease was there: any lease found after losing is a taker's
-            return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, ("took", None)
+                answer = "lapsed"
+            else:
+                if from_read and wanted is not None and not wanted("took"):
+                    return KEEP, ("skipped", None, None)
+                if from_read:
+                    tried[0] = (None, None, None)  # no lease was there: any lease found after losing is a taker's
+                answer = "took"
+            fence = next_fence(head, now)
+            return {**without_lease(head), "holder": holder, "started": fence, "renewed": now}, (answer, None, fence)
 
         return self.heads.update(keys, thread, change, cached=guess, absent=guess)
 
@@ -114,14 +136,26 @@ class Leases:
 
         return self.heads.update(self.space.keys(agent), thread, change, cached=True)
 
-    def end(self, agent: Agent, thread: str, holder: str) -> None:
-        """Drop the holder, conditionally: a release landing late fails instead of ending a newer lease."""
+    def renew_all(self, agent: Agent, threads: list[str], holder: str) -> list[bool]:
+        """``renew`` of each of ``threads``, all at once (one round trip for all, not one each): the
+        scheduler's renewer confirms every claim of a round together (``lease_renew``)."""
+        return list(self.space.pool.map(lambda thread: self.renew(agent, thread, holder), threads))
+
+    def end(self, agent: Agent, thread: str, holder: str, fence: int | None = None) -> None:
+        """Drop the holder, conditionally: a release landing late fails instead of ending a newer lease
+        (with ``fence``: only the lease of that fence, not one the same holder took again since)."""
         def change(head: dict[str, Any]) -> tuple[Any, None]:
-            if not has_lease(head) or head["holder"] != holder:
+            if not held_under(head, holder, fence):
                 return KEEP, None
             return without_lease(head), None
 
         self.heads.update(self.space.keys(agent), thread, change, cached=True)
+
+    def holder_of(self, agent: Agent, thread: str) -> tuple[str | None, int]:
+        """Who holds the lease now, read from the store (None: nobody), and its fence (the last one's
+        when it ended; 0: none known)."""
+        head = self.heads.read(self.space.keys(agent), thread)
+        return (str(head["holder"]) if has_lease(head) else None), fence_of(head)
 
     def leases(self, agent: Agent, lapse_ms: int) -> list[dict[str, Any]]:
         keys = self.space.keys(agent)
