@@ -140,6 +140,8 @@ def test_a_claim_answers_its_fence_and_a_recovery_a_larger_one(own: Any) -> None
         assert again["fence"] > first["fence"]
         taken = claim(s, "C", lapse_ms=0, recover=True)
         assert taken["recovered"] is True and taken["fence"] > again["fence"]
+        mine = claim(s, "C", recover=True)  # a runner recovering a job it fired itself: a new fence all the same
+        assert mine["took"] == "took" and mine["recovered"] is True and mine["fence"] > taken["fence"]
         assert where(s) == ["firing"]
 
 

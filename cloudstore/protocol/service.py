@@ -332,7 +332,7 @@ class Service:
         claimed = self.jobs.claim(
             agent, job_id,
             take=lambda wanted: self.leases_.take_fenced(agent, thread, holder, lapse_ms, guess=not recover,
-                                                         wanted=wanted),
+                                                         wanted=wanted, refence=recover),
             release=lambda: self.leases_.end(agent, thread, holder),
             not_after=not_after, recover=recover)
         return claimed.wire()

@@ -261,8 +261,11 @@ class FireCommand:
         spec = json.dumps(job.get("spec"), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         env = self.environment(agent, job, recovered, fence)
         if self.stop_before is not None and self.stop_before == str(job["id"]):
+            self.stop_before = None  # once
             log("test_stopping", job=job["id"], pid=os.getpid())
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # At this thread: stopped on its way out of the call (a SIGSTOP sent to the process may stop
+            # the other threads first and let this one start the command).
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
         started, clock = time.time(), time.monotonic()
         why = stop()
         if why is not None:

@@ -67,14 +67,17 @@ class Leases:
         return took, held_by
 
     def take_fenced(self, agent: Agent, thread: str, holder: str, lapse_ms: int, guess: bool = False,
-                    wanted: Callable[[str], bool] | None = None) -> tuple[str, str | None, int | None]:
+                    wanted: Callable[[str], bool] | None = None,
+                    refence: bool = False) -> tuple[str, str | None, int | None]:
         """``take``, who holds the lease when the answer is ``held`` (else None), and the lease's fence
         when it is ``holder``'s (``took``, ``lapsed``; else None).
 
         The fence (heads.py) is the lease's start: a take that gives the
         lease to a holder (from no lease, or from a lapsed one) writes
         ``max(now, the fence before + 1)``, so it only grows across a
-        thread's holders; a take by the holder itself renews and keeps it.
+        thread's holders; a take by the holder itself renews and keeps it
+        (with ``refence``, a new one all the same: a scheduler recovering a job
+        it fired itself before, which a system fed the old fence must tell apart).
 
         The scheduler's own driver answers this as ``lease_take``: a runner
         refused a job's claim learns which runner has it, and so which
@@ -107,8 +110,11 @@ class Leases:
             from_read = not (guess and rounds[0] == 1)
             now = self.clock.now_ms()  # what is written; lapse is judged by the earliest plausible time
             if has_lease(head):
-                if head["holder"] == holder:
+                if head["holder"] == holder and not refence:
                     return {**head, "renewed": now}, ("took", None, fence_of(head))
+                if head["holder"] == holder:
+                    fence = next_fence(head, now)
+                    return {**head, "started": fence, "renewed": now}, ("took", None, fence)
                 lease = (head["holder"], head.get("started"), head.get("renewed"))
                 if not lapsed(head, lapse_ms, self.clock.earliest_ms()) or tried[0] is not None and lease != tried[0]:
                     return KEEP, ("held", str(head["holder"]), None)

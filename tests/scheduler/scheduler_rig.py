@@ -9,6 +9,7 @@ that tests import it unambiguously beside other test folders' conftests.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -58,8 +59,9 @@ class Rig:
     def record(self) -> Path:
         return self.root / "fired.jsonl"
 
-    def start_runner(self, **settings: Any) -> RunnerProc:
-        """One runner process for both agents, its config JSON made of ``settings``."""
+    def start_runner(self, env: dict[str, str] | None = None, **settings: Any) -> RunnerProc:
+        """One runner process for both agents, its config JSON made of ``settings`` (``env``: more of
+        its environment)."""
         n = len(self.runners)
         config = {
             "agents": AGENTS,
@@ -76,6 +78,7 @@ class Rig:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "cloudstore.scheduler", "--config", str(path)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                env=None if env is None else {**os.environ, **env},
             )
         runner = RunnerProc(proc, log)
         self.runners.append(runner)
