@@ -58,14 +58,16 @@ def claim(holder: str, not_after: float = NOT_AFTER, lapse_ms: int = LONG_MS, jo
 
 class Claimed(dict):
     """A ``job_claim`` reply as expected: equal to one with these fields and a fence, a whole number when
-    it has a job to fire (the lease's, leases.py), else null."""
+    it has a job to fire (the lease's, leases.py), else null, and ``held_ms``, a whole number."""
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, dict):
             return NotImplemented
         fence = other.get("fence", "absent")
         fenced = type(fence) is int and fence > 0 if self["job"] is not None else fence is None
-        return fenced and {k: v for k, v in other.items() if k != "fence"} == dict(self)
+        held = other.get("held_ms")
+        return (fenced and type(held) is int and held >= 0
+                and {k: v for k, v in other.items() if k not in ("fence", "held_ms")} == dict(self))
 
     def __ne__(self, other: object) -> bool:
         equal = self.__eq__(other)

@@ -43,7 +43,9 @@ def own(store_env: Any) -> Any:
 
 
 def take(s: Session, holder: str, lapse_ms: int = LONG_MS) -> dict[str, Any]:
-    return s("lease_take", thread=THREAD, holder=holder, lapse_ms=lapse_ms)  # type: ignore[no-any-return]
+    reply = s("lease_take", thread=THREAD, holder=holder, lapse_ms=lapse_ms)
+    assert type(reply.pop("held_ms")) is int, reply  # how long before the reply the lease was written
+    return reply  # type: ignore[no-any-return]
 
 
 def claim(s: Session, holder: str, lapse_ms: int = LONG_MS, recover: bool = False) -> dict[str, Any]:
@@ -188,11 +190,16 @@ def test_a_finish_decided_before_a_takeover_never_removes_the_recovered_job(own:
         assert where(a) == []
 
 
-def test_lease_renew_renews_each_lease_and_says_which_are_not_the_holders(own: Any) -> None:
+def test_lease_renew_renews_each_lease_of_any_agent_and_says_which_are_not_the_holders(own: Any) -> None:
     with serving(own) as procs:
-        s = Session(procs[0], fresh_agent())
-        for thread, holder in (("job:x", "A"), ("job:y", "B"), ("job:z", "A")):
-            s("take", thread=thread, holder=holder, lapse_ms=LONG_MS)
-        assert s("lease_renew", holder="A", threads=["job:x", "job:y", "job:z", "job:none"]) == {
-            "reply": "renewed", "renewed": [True, False, True, False]}
-        assert s("lease_renew", holder="A", threads=[])["reply"] == "error"
+        one, two = fresh_agent(), fresh_agent(None)
+        s, t = Session(procs[0], one), Session(procs[0], two)
+        for session, thread, holder in ((s, "job:x", "A"), (s, "job:y", "B"), (t, "job:x", "A")):
+            session("take", thread=thread, holder=holder, lapse_ms=LONG_MS)
+        leases = [{"agent": one, "thread": "job:x"}, {"agent": one, "thread": "job:y"},
+                  {"agent": two, "thread": "job:x"}, {"agent": two, "thread": "job:none"}]
+        renewed = s("lease_renew", holder="A", leases=leases)
+        assert type(renewed.pop("held_ms")) is int
+        assert renewed == {"reply": "renewed", "renewed": [True, False, True, False]}
+        assert s("lease_renew", holder="A", leases=[])["reply"] == "error"
+        assert s("lease_renew", holder="A", leases=[{"thread": "job:x"}])["reply"] == "error"

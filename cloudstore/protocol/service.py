@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +53,13 @@ UNKNOWN_WORDS = "outcome unknown: the change may or may not have been made"
 UNCHANGED_WORDS = "nothing was changed"
 
 log = logging.getLogger("cloudstore")
+
+
+def _held_ms(at: list[float]) -> int:
+    """Milliseconds since the lease write that won was decided (its ``renewed`` taken), by this process's
+    clock: the scheduler dates its claim's confirmation from its reply, not from its request, so a claim of
+    several round trips does not start old.  0 when no write was decided."""
+    return max(0, int((time.monotonic() - at[-1]) * 1000)) if at else 0
 
 
 def error(why: str) -> Reply:
@@ -231,18 +239,25 @@ class Service:
         lease's fence when it is ``holder``'s (null otherwise; leases.py)."""
         thread, holder = v.string(req, "thread"), v.string(req, "holder")
         lapse_ms = v.integer(req, "lapse_ms", minimum=0)
-        took, held_by, fence = self.leases_.take_fenced(agent, thread, holder, lapse_ms)
-        return {"reply": "took", "took": took, "holder": held_by, "fence": fence}
+        at: list[float] = []
+        took, held_by, fence = self.leases_.take_fenced(agent, thread, holder, lapse_ms, at=at)
+        return {"reply": "took", "took": took, "holder": held_by, "fence": fence, "held_ms": _held_ms(at)}
 
     def op_lease_renew(self, req: dict, agent: v.Agent) -> Reply:
-        """Not in the wire protocol: ``renew`` of each of ``threads`` (1 to 256 strings) for ``holder``,
-        all at once: ``{"reply": "renewed", "renewed": [bool, ...]}`` in their order (false: ``lost``)."""
+        """Not in the wire protocol: ``renew`` for ``holder`` of each of ``leases`` (1 to 256 objects
+        ``{"agent", "thread"}``, any agents'), all at once: ``{"reply": "renewed", "renewed": [bool, ...]}``
+        in their order (false: ``lost``)."""
         holder = v.string(req, "holder")
-        threads = v.field(req, "threads")
-        if not isinstance(threads, list) or not 1 <= len(threads) <= RENEW_MAX:
-            raise v.RequestError(f"'threads' must be a list of 1 to {RENEW_MAX} threads")
-        names = [v.string({"thread": t}, "thread") for t in threads]
-        return {"reply": "renewed", "renewed": self.leases_.renew_all(agent, names, holder)}
+        leases = v.field(req, "leases")
+        if not isinstance(leases, list) or not 1 <= len(leases) <= RENEW_MAX:
+            raise v.RequestError(f"'leases' must be a list of 1 to {RENEW_MAX} leases")
+        named = []
+        for lease in leases:
+            if not isinstance(lease, dict) or set(lease) != {"agent", "thread"}:
+                raise v.RequestError("each of 'leases' must be {\"agent\", \"thread\"}")
+            named.append((v.agent(lease), v.string(lease, "thread")))
+        renewed, earliest = self.leases_.renew_all(named, holder)
+        return {"reply": "renewed", "renewed": renewed, "held_ms": _held_ms([earliest])}
 
     def op_renew(self, req: dict, agent: v.Agent) -> Reply:
         thread, holder = v.string(req, "thread"), v.string(req, "holder")
@@ -329,13 +344,14 @@ class Service:
         lapse_ms = v.integer(req, "lapse_ms", minimum=0)
         not_after = v.number(req, "not_after")
         recover = v.boolean(req, "recover", default=False)
+        at: list[float] = []
         claimed = self.jobs.claim(
             agent, job_id,
             take=lambda wanted: self.leases_.take_fenced(agent, thread, holder, lapse_ms, guess=not recover,
-                                                         wanted=wanted, refence=recover),
+                                                         wanted=wanted, refence=recover, at=at),
             release=lambda: self.leases_.end(agent, thread, holder),
             not_after=not_after, recover=recover)
-        return claimed.wire()
+        return {**claimed.wire(), "held_ms": _held_ms(at)}
 
     def op_job_finish(self, req: dict, agent: v.Agent) -> Reply:
         """Not in the wire protocol: the finish of a fire that ended, only under its claim.

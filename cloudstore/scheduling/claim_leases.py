@@ -9,8 +9,8 @@ who fires it is kept beside it, in a conversation lease on the thread
   takes it back, ``take`` answering ``lapsed``);
 * renewed by one thread for every claim this runner holds, each claim at the
   latest lapse/3 after its last confirmation was sent, all claims due in a
-  round together (``lease_renew``, one request per agent through a driver
-  process of its own, so a renewal never queues behind the runner's claims;
+  round together (``lease_renew``, one request for all the agents of the
+  runner's own driver, through a driver process of its own, so a renewal never queues behind the runner's claims;
   through a bridge one ``renew`` each, at once on a small pool);
 * ended once the job has left firing, never before (a runner that can't tell
   where its job is leaves the lease to lapse, so recovery looks again);
@@ -29,9 +29,12 @@ is conditional on the claim there), so a claim a slow store or a starved
 machine made look stale is still finished once, never fired again.
 
 Slack: a claim is renewed when lapse/3 has passed since its confirmation was
-sent (a round may renew it up to ``EARLY`` sooner, never later), so a
-renewal has the rest, lapse/3, before the fence, whatever the number of
-claims (they go together) and the store's speed.  Rounds are timed from
+sent, less the time the slowest of the last renewals took to answer
+(``lead``, at most lapse/6: on a store that answers slowly a renewal goes out
+that much sooner, so that its answer is back by lapse/3), and a round may
+renew it up to ``EARLY`` sooner still, never later.  So a claim is confirmed
+again within lapse/3 and has the rest, lapse/3, before the fence, whatever
+the number of claims (they go together) and the store's speed.  Rounds are timed from
 their starts.  A round that starts well after it was planned
 (``pause_gap``: the process was paused or starved) is a pause this runner
 saw: it is logged, and every claim is renewed in that round.  Each claim's
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -63,10 +67,12 @@ EARLY = 1 / 12
 #: A round starting this part of the lapse (at least ``PAUSE_MIN`` s) after it was planned saw a pause.
 PAUSE = 1 / 12
 PAUSE_MIN = 0.25
-#: Renewal requests under way at once, at most: one ``lease_renew`` per agent, a ``renew`` per bridged claim.
+#: Renewal requests under way at once, at most: ``lease_renew`` batches, and a ``renew`` per bridged claim.
 RENEWERS = 8
 #: Claims one ``lease_renew`` renews at most (the driver's bound, ``service.RENEW_MAX``).
 BATCH = 256
+#: Renewal requests whose time to answer sets ``lead``: the slowest of the last this many.
+LEAD_ROUNDS = 8
 THREAD_PREFIX = "job:"
 
 
@@ -106,6 +112,13 @@ class Claim:
             if self._lost is None:
                 self._lost = why
 
+    def confirmed_again(self, sent: float) -> None:
+        """The store renewed it (a renewal sent at ``sent``): a local ``fenced`` judgement is withdrawn."""
+        with self._lock:
+            if self._lost == "fenced":
+                self._lost = None
+        self.confirm(sent)
+
     @property
     def lost(self) -> str | None:
         """Why the claim is gone (``"lost"``: another holder has it; ``"fenced"``: unconfirmed too long)."""
@@ -134,12 +147,15 @@ class Claims:
         self.early = lapse * EARLY
         self.pause_gap = max(PAUSE_MIN, lapse * PAUSE)
         self.pauses = 0  # rounds that started a pause late
+        self._took: deque[float] = deque(maxlen=LEAD_ROUNDS)  # how long the last renewal requests took
         self._held: dict[int, Claim] = {}
         # Claims whose fire ended but whose finish kept failing: (the claim, one more try, told when done).
         self._finishing: dict[int, tuple[Claim, Callable[[], object], Callable[[], None]]] = {}
         self._lock = threading.Lock()
         self._settling = threading.Lock()
+        self._sending: set[int] = set()  # the driver clients a lease_renew is under way on
         self._closed = threading.Event()
+        self._wake = threading.Event()  # the renewer plans again: a renewal answered, or closing
         self._pool = ThreadPoolExecutor(max_workers=RENEWERS, thread_name_prefix="claim-renew")
         self._renewer = threading.Thread(target=self._renew_loop, name="claim-renewer", daemon=True)
         if start:
@@ -148,8 +164,14 @@ class Claims:
     def take(self, store: AgentStore, job_id: str) -> Claim | None:
         """The job's lease for this runner, or None when another runner holds it."""
         sent = self.clock()
-        took, holder, fence = store.take_naming(lease_thread(job_id), self.holder, self.lapse_ms)
-        return self.hold(store, job_id, took, holder, sent, fence)
+        took, holder, fence, held = store.take_naming(lease_thread(job_id), self.holder, self.lapse_ms)
+        return self.hold(store, job_id, took, holder, self.written(sent, held), fence)
+
+    def written(self, sent: float, held: float) -> float:
+        """When a lease write whose request was sent at ``sent`` was made, at the latest: ``held`` seconds
+        (the driver's word) before now, when that is later than ``sent``.  A claim of three round trips
+        starts a round trip old, not three."""
+        return max(sent, self.clock() - held) if held > 0 else sent
 
     def hold(self, store: AgentStore, job_id: str, took: str, holder: str | None, sent: float,
              fence: int | None = None) -> Claim | None:
@@ -163,6 +185,7 @@ class Claims:
         claim = Claim(store, job_id, took, sent, fence)
         with self._lock:
             self._held[id(claim)] = claim
+        self._wake.set()  # its first renewal may be due before the round the renewer sleeps for
         return claim
 
     def stale(self, claim: Claim) -> str | None:
@@ -173,6 +196,38 @@ class Claims:
             claim.lose("fenced")
         return claim.lost
 
+    def ready_to_start(self, claim: Claim) -> str | None:
+        """Asked right before a command starts: why it must not (``fenced``, ``lost``), or None.
+
+        A claim confirmed within lapse/3 starts at once.  An older one (a
+        claim of several slow round trips, a pause between the claim and the
+        start) is asked of the store first: renewed there, it starts with a
+        fresh lapse whatever the local judgement said; held by another runner,
+        it does not start; unanswered, it starts only while short of the fence.
+        """
+        if claim.lost == "lost":
+            return "lost"
+        if claim.lost is None and self.clock() - claim.confirmed < self.interval:
+            return None
+        sent = self.clock()
+        try:
+            # Through the driver process that claimed it (idle now, the lease's head in its memory: one
+            # write), not the renewals' process, whose requests must not queue behind this one.
+            via = claim.store
+            if via.own_driver:
+                done, held = via.renew_many([(claim.store.agent, claim.thread)], self.holder)
+                renewed = bool(done[0])
+            else:
+                renewed, held = via.renew(claim.thread, self.holder), 0.0
+        except StoreCallError as exc:
+            log("lease_renew_failed", agent=claim.store.agent.label(), job=claim.job_id, error=str(exc))
+            return self.stale(claim)
+        if not renewed:
+            claim.lose("lost")
+            return "lost"
+        claim.confirmed_again(self.written(sent, held))
+        return self.stale(claim)
+
     def due(self, claim: Claim, now: float) -> bool:
         """Whether a round starting at ``now`` renews ``claim``: a pause was seen since it was last
         confirmed, or its renewal falls due before ``early`` is up.  Not when lost (another holds it),
@@ -180,7 +235,16 @@ class Claims:
         whatever its age says, until its finish, which asks the store, is done."""
         if claim.renewing or claim.lost == "lost" or not claim.ending and self.stale(claim) is not None:
             return False
-        return claim.doubted or claim.confirmed + self.interval - self.early <= now
+        return claim.doubted or self.planned(claim) - self.early <= now
+
+    def lead(self) -> float:
+        """How much sooner than lapse/3 after its confirmation a claim's renewal is sent: the slowest of the
+        last renewals' times to answer, at most lapse/6."""
+        return min(self.interval / 2, max(self._took, default=0.0))
+
+    def planned(self, claim: Claim) -> float:
+        """When ``claim``'s renewal is to be sent at the latest (on ``clock``)."""
+        return claim.confirmed + self.interval - self.lead()
 
     def release(self, claim: Claim) -> None:
         """The job has left firing: end the lease so the id can be claimed again at once."""
@@ -239,6 +303,7 @@ class Claims:
 
     def close(self) -> None:
         self._closed.set()
+        self._wake.set()
         if self._renewer.is_alive():
             self._renewer.join(5)
         self._pool.shutdown(wait=False)
@@ -252,11 +317,14 @@ class Claims:
     def next_round(self, start: float) -> float:
         """When the round after one that started at ``start`` is planned: lapse/3 on, or sooner when a
         claim's renewal falls due sooner (a claim taken since it started)."""
+        soonest = self._soonest(start + self.interval)
+        return max(start + min(self.early, self.interval - self.lead()), min(start + self.interval, soonest))
+
+    def _soonest(self, default: float) -> float:
+        """When the first renewal not under way is planned (``default`` with none)."""
         with self._lock:
             held = list(self._held.values())
-        soonest = min((c.confirmed + self.interval for c in held if c.lost != "lost" and not c.renewing),
-                      default=start + self.interval)
-        return max(start + self.early, min(start + self.interval, soonest))
+        return min((self.planned(c) for c in held if c.lost != "lost" and not c.renewing), default=default)
 
     def round(self, planned: float, wait: bool = True) -> float:
         """One renewal round, planned for ``planned`` (on ``clock``): every due claim renewed together,
@@ -275,10 +343,7 @@ class Claims:
             log("paused", runner=self.holder, seconds=round(late, 3), claims=len(held))
             for claim in held:
                 claim.doubted = True
-        due = [claim for claim in held if self.due(claim, start)]
-        for claim in due:
-            claim.renewing = True
-        pending = self.renew(due)
+        pending = self.renew([claim for claim in held if self.due(claim, start)])
         if self._finishing:
             pending.append(self._pool.submit(self._settle_finishes))
         if wait:
@@ -287,28 +352,53 @@ class Claims:
         return self.next_round(start)
 
     def renew(self, claims: list[Claim]) -> list[Future[None]]:
-        """Renew ``claims`` together: one ``lease_renew`` per agent (and per ``BATCH``) through the
-        runner's own driver, a ``renew`` each through a bridge, all at once on the renewers' pool."""
+        """Renew ``claims`` together: one ``lease_renew`` for all the agents of the runner's own driver
+        (per ``BATCH``), a ``renew`` each through a bridge, all at once on the renewers' pool.
+
+        One ``lease_renew`` at a time per driver client: its process answers
+        one request at a time, and requests queued behind each other made
+        every claim after the first late (3 s at 0.3 s a request on a starved
+        machine).  Claims due while one is under way stay due, and go together
+        in the next, sent as soon as it answers (its answer wakes the renewer)."""
         batches: dict[int, tuple[AgentStore, list[Claim]]] = {}
         singles: list[Claim] = []
         for claim in claims:
             via = self.renew_via(claim.store)
-            if via.own_driver:
-                batches.setdefault(id(via), (via, []))[1].append(claim)
+            if via.own_driver:  # one request for every agent its client serves
+                batches.setdefault(id(via.client), (via, []))[1].append(claim)
             else:
                 singles.append(claim)
-        tasks: list[Callable[[], None]] = [lambda c=c: self._renew_one(c) for c in singles]  # type: ignore[misc]
-        for via, group in batches.values():
-            for at in range(0, len(group), BATCH):
-                tasks.append(lambda via=via, part=group[at:at + BATCH]: self._renew_batch(via, part))  # type: ignore[misc]
+        tasks: list[Callable[[], None]] = []
+        for claim in singles:
+            claim.renewing = True
+            tasks.append(lambda c=claim: self._renew_one(c))  # type: ignore[misc]
+        for key, (via, group) in batches.items():
+            with self._lock:
+                if key in self._sending:
+                    continue
+                self._sending.add(key)
+            for claim in group:
+                claim.renewing = True
+            tasks.append(lambda via=via, group=group, key=key: self._renew_batches(key, via, group))  # type: ignore[misc]
         return [self._pool.submit(task) for task in tasks]
+
+    def _renew_batches(self, key: int, via: AgentStore, claims: list[Claim]) -> None:
+        try:
+            for at in range(0, len(claims), BATCH):
+                self._renew_batch(via, claims[at:at + BATCH])
+        finally:
+            with self._lock:
+                self._sending.discard(key)
+            self._wake.set()
 
     def _renew_batch(self, via: AgentStore, claims: list[Claim]) -> None:
         sent = self.clock()
         try:
-            renewed = via.renew_many([c.thread for c in claims], self.holder)
+            renewed, held = via.renew_many([(c.store.agent, c.thread) for c in claims], self.holder)
+            self._answered(sent, len(claims))
+            written = self.written(sent, held)
             for claim, done in zip(claims, renewed, strict=True):
-                self._renewed(claim, done, sent)
+                self._renewed(claim, done, written)
         except StoreCallError as exc:
             for claim in claims:
                 log("lease_renew_failed", agent=claim.store.agent.label(), job=claim.job_id, error=str(exc))
@@ -319,13 +409,24 @@ class Claims:
     def _renew_one(self, claim: Claim) -> None:
         sent = self.clock()
         try:
-            self._renewed(claim, self.renew_via(claim.store).renew(claim.thread, self.holder), sent)
+            renewed = self.renew_via(claim.store).renew(claim.thread, self.holder)
+            self._answered(sent, 1)
+            self._renewed(claim, renewed, sent)
         except StoreCallError as exc:
             log("lease_renew_failed", agent=claim.store.agent.label(), job=claim.job_id, error=str(exc))
         finally:
             claim.renewing = False
 
+    def _answered(self, sent: float, claims: int) -> None:
+        """A renewal request sent at ``sent`` answered now: its time sets ``lead``; one that took over
+        lapse/6 is logged (``renew_slow``): the store, or this machine, eats the fence's slack."""
+        took = self.clock() - sent
+        self._took.append(took)
+        if took > self.interval / 2:
+            log("renew_slow", runner=self.holder, seconds=round(took, 3), claims=claims)
+
     def _renewed(self, claim: Claim, ok: bool, sent: float) -> None:
+        self._wake.set()  # its next renewal is planned from this one
         if ok:
             claim.confirm(sent)
         elif self._holds(claim):  # not merely released meanwhile
@@ -334,10 +435,16 @@ class Claims:
 
     def _renew_loop(self) -> None:
         planned = self.clock() + self.interval
-        while True:
+        while not self._closed.is_set():
             began = self.clock()  # a round that ran past its successor's plan is late, not paused
-            if self._closed.wait(max(0.0, planned - began)):
-                return
+            if planned > began:
+                self._wake.wait(planned - began)
+                self._wake.clear()
+                if self._closed.is_set():
+                    return
+                if self.clock() < planned:  # a renewal answered, or a claim was taken: plan again
+                    planned = min(planned, self._soonest(planned))
+                    continue
             try:
                 planned = self.round(max(planned, began), wait=False)
             except Exception as exc:  # a bug must not stop the renewals of every claim

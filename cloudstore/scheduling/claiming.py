@@ -33,7 +33,7 @@ from typing import Any
 from .claim_leases import Claim, Claims, lease_thread
 from .fire import FireCommand
 from .log import log
-from .store_client import Agent, AgentStore, StoreCallError
+from .store_client import Agent, AgentStore, StoreCallError, held_of
 from .timer_queue import TimerQueue
 
 EARLY = 0.001  # a job read back from firing due later than this past now was replaced: it isn't due
@@ -224,8 +224,8 @@ class Claimer:
             raise StoreCallError(f"job_claim for {store.agent.label()}: the driver is too old to take the "
                                  "claim lease (upgrade it with the scheduler); the job is left to recovery")
         holder, fence = reply.get("holder"), reply.get("fence")
-        claim = self.claims.hold(store, job_id, str(reply["took"]), holder if isinstance(holder, str) else None, sent,
-                                 fence if type(fence) is int else None)
+        claim = self.claims.hold(store, job_id, str(reply["took"]), holder if isinstance(holder, str) else None,
+                                 self.claims.written(sent, held_of(reply)), fence if type(fence) is int else None)
         job = reply.get("job")
         if claim is None or job is None:
             if claim is not None:
@@ -255,7 +255,8 @@ class Claimer:
         agent, job_id = store.agent, job["id"]
         handed = False  # the finish is queued: the job stays in flight until it is settled
         try:
-            result = self.fire.run(agent, job, recovered, lambda: self.claims.stale(claim), claim.fence)
+            result = self.fire.run(agent, job, recovered, lambda: self.claims.stale(claim), claim.fence,
+                                   lambda: self.claims.ready_to_start(claim))
             if not result.ran:
                 # Judged right before the start: the claim was fenced (a pause since the claim, a store
                 # too slow to confirm it) or lost.  Nothing ran: recovery fires it (its lease lapses).

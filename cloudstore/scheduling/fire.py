@@ -10,8 +10,9 @@ only grows across the job's successive fires (the claim lease's, leases.py),
 so that a system the command writes to can refuse a superseded fire (one whose
 runner was paused past the lapse while another fired the job again).
 
-The claim is judged right before the command starts (``stop()``, after any
-pause between the claim and the start): a claim fenced or lost by then starts
+The claim is judged right before the command starts (``ready()``, after any
+pause between the claim and the start: the scheduler asks the store about a
+claim confirmed more than lapse/3 ago): a claim fenced or lost by then starts
 nothing (``FireResult.ran`` false).  Its stdout goes to the runner's stderr: the runner writes nothing
 on stdout.
 
@@ -255,9 +256,9 @@ class FireCommand:
         return env
 
     def run(self, agent: Agent, job: dict[str, Any], recovered: bool, stop: Callable[[], str | None],
-            fence: int | None = None) -> FireResult:
-        """Run the command for ``job`` until it exits or is killed; ``stop()`` is asked right before the
-        start (a claim gone by then starts nothing) and polled while it runs."""
+            fence: int | None = None, ready: Callable[[], str | None] | None = None) -> FireResult:
+        """Run the command for ``job`` until it exits or is killed; ``ready()`` (else ``stop()``) is asked
+        right before the start (a claim gone by then starts nothing), ``stop()`` polled while it runs."""
         spec = json.dumps(job.get("spec"), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         env = self.environment(agent, job, recovered, fence)
         if self.stop_before is not None and self.stop_before == str(job["id"]):
@@ -266,8 +267,8 @@ class FireCommand:
             # At this thread: stopped on its way out of the call (a SIGSTOP sent to the process may stop
             # the other threads first and let this one start the command).
             signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+        why = (ready or stop)()
         started, clock = time.time(), time.monotonic()
-        why = stop()
         if why is not None:
             return FireResult(started, None, 0.0, why, f"not started: the claim was {why}", ran=False)
         try:

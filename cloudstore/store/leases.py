@@ -21,6 +21,7 @@ alike when their clocks agree with the store's.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -67,8 +68,8 @@ class Leases:
         return took, held_by
 
     def take_fenced(self, agent: Agent, thread: str, holder: str, lapse_ms: int, guess: bool = False,
-                    wanted: Callable[[str], bool] | None = None,
-                    refence: bool = False) -> tuple[str, str | None, int | None]:
+                    wanted: Callable[[str], bool] | None = None, refence: bool = False,
+                    at: list[float] | None = None) -> tuple[str, str | None, int | None]:
         """``take``, who holds the lease when the answer is ``held`` (else None), and the lease's fence
         when it is ``holder``'s (``took``, ``lapsed``; else None).
 
@@ -78,6 +79,8 @@ class Leases:
         thread's holders; a take by the holder itself renews and keeps it
         (with ``refence``, a new one all the same: a scheduler recovering a job
         it fired itself before, which a system fed the old fence must tell apart).
+        ``at`` gets ``time.monotonic()`` when the write that won was decided (its
+        ``renewed`` taken): how long ago the lease was confirmed (``held_ms``).
 
         The scheduler's own driver answers this as ``lease_take``: a runner
         refused a job's claim learns which runner has it, and so which
@@ -106,6 +109,8 @@ class Leases:
         rounds = [0]
 
         def change(head: dict[str, Any]) -> tuple[Any, tuple[str, str | None, int | None]]:
+            if at is not None:
+                at.append(time.monotonic())
             rounds[0] += 1
             from_read = not (guess and rounds[0] == 1)
             now = self.clock.now_ms()  # what is written; lapse is judged by the earliest plausible time
@@ -134,18 +139,24 @@ class Leases:
 
         return self.heads.update(keys, thread, change, cached=guess, absent=guess)
 
-    def renew(self, agent: Agent, thread: str, holder: str) -> bool:
+    def renew(self, agent: Agent, thread: str, holder: str, at: list[float] | None = None) -> bool:
         def change(head: dict[str, Any]) -> tuple[Any, bool]:
+            if at is not None:
+                at.append(time.monotonic())
             if not has_lease(head) or head["holder"] != holder:
                 return KEEP, False
             return {**head, "renewed": self.clock.now_ms()}, True
 
         return self.heads.update(self.space.keys(agent), thread, change, cached=True)
 
-    def renew_all(self, agent: Agent, threads: list[str], holder: str) -> list[bool]:
-        """``renew`` of each of ``threads``, all at once (one round trip for all, not one each): the
-        scheduler's renewer confirms every claim of a round together (``lease_renew``)."""
-        return list(self.space.pool.map(lambda thread: self.renew(agent, thread, holder), threads))
+    def renew_all(self, leases: list[tuple[Agent, str]], holder: str) -> tuple[list[bool], float]:
+        """``renew`` of each (agent, thread), all at once (one round trip for all, not one each): the
+        scheduler's renewer confirms every claim of a round together, whatever their agents
+        (``lease_renew``).  Also ``time.monotonic()`` when the earliest of the writes that won was decided."""
+        stamps: list[list[float]] = [[] for _ in leases]
+        done = list(self.space.pool.map(lambda i: self.renew(leases[i][0], leases[i][1], holder, stamps[i]),
+                                        range(len(leases))))
+        return done, min((s[-1] for s in stamps if s), default=time.monotonic())
 
     def end(self, agent: Agent, thread: str, holder: str, fence: int | None = None) -> None:
         """Drop the holder, conditionally: a release landing late fails instead of ending a newer lease

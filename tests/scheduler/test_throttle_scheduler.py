@@ -254,7 +254,7 @@ class ThrottledFinish:
                 return {"reply": "finished", "finished": found, "ours": True, "holder": None}
             if op == "lease_renew":
                 self.renewed = time.monotonic()
-                return {"reply": "renewed", "renewed": [True for _ in request["threads"]]}
+                return {"reply": "renewed", "renewed": [True for _ in request["leases"]]}
             if op == "job_claim":  # another runner's recovery: the lease, and the job still in firing
                 lapsed = time.monotonic() - self.renewed > self.lapse
                 if not lapsed:
