@@ -24,7 +24,8 @@ Claiming a job
 What is promised
     * A due job is fired ONCE when no runner dies and the store stays
       reachable: the lease and the shift let one runner claim it, and it
-      leaves firing only after its command ran.
+      leaves firing only after its command ran, under its claim in the
+      store (``job_finish``), never dropped on a local judgement.
     * AT LEAST ONCE when a runner dies mid-fire: its lease is no longer
       renewed, so once ``lapse`` has passed, another runner's recovery (one
       runner per agent lists its firing every
@@ -36,15 +37,20 @@ What is promised
       firing is the price of never losing one.  The same holds when a
       runner can't finish a job because the store failed.
     * NEVER BY TWO MACHINES AT THE SAME TIME: a live runner renews the lease
-      of every job it fires every lapse/3, so nobody can take it however
-      long the command runs (up to ``fire_timeout``).  If its renewals fail
-      (the store unreachable, or the lease taken: ``renew`` says ``lost``),
-      the runner kills the command once the claim is unconfirmed for 2/3 of
-      the lapse, before any other runner can judge it lapsed.  This assumes
-      the machines' clocks agree to well within lapse/3 (the store judges a
-      lapse by the clock of the driver that takes) and that the command
-      starts nothing outside its process group (what it leaves in the
-      group when it exits is killed).  A runner
+      of every job it fires at least every lapse/3, so nobody can take it
+      however long the command runs (up to ``fire_timeout``).  If its
+      renewals fail (the store unreachable, or the lease taken: ``renew``
+      says ``lost``), the runner kills the command once the claim is
+      unconfirmed for 2/3 of the lapse, before any other runner can judge it
+      lapsed, and judges the claim again right before a command starts.
+      This assumes the runner is not paused (a VM stall, swap, SIGSTOP) for
+      lapse/3 or more, that the machines' clocks agree to well within
+      lapse/3 (the store judges a lapse by the clock of the driver that
+      takes) and that the command starts nothing outside its process group
+      (what it leaves in the group when it exits is killed).  Past such a
+      pause two fires may overlap; each gets ``LNK_JOB_FENCE``, larger for
+      the later one, so a system they write to can refuse the superseded
+      fire.  A runner
       process that dies takes its command's whole process group with it
       (its fire watcher kills it, even after a SIGKILL), as a machine that
       dies would.

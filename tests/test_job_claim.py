@@ -56,8 +56,28 @@ def claim(holder: str, not_after: float = NOT_AFTER, lapse_ms: int = LONG_MS, jo
     return {"id": job_id, "thread": "job:" + job_id, "holder": holder, "lapse_ms": lapse_ms, "not_after": not_after}
 
 
+class Claimed(dict):
+    """A ``job_claim`` reply as expected: equal to one with these fields and a fence, a whole number when
+    it has a job to fire (the lease's, leases.py), else null, and ``held_ms``, a whole number."""
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, dict):
+            return NotImplemented
+        fence = other.get("fence", "absent")
+        fenced = type(fence) is int and fence > 0 if self["job"] is not None else fence is None
+        held = other.get("held_ms")
+        return (fenced and type(held) is int and held >= 0
+                and {k: v for k, v in other.items() if k not in ("fence", "held_ms")} == dict(self))
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def claimed(job: dict | None, took: str = "took", holder: str | None = None, recovered: bool = False) -> dict:
-    return {"reply": "claimed", "job": job, "took": took, "holder": holder, "recovered": recovered}
+    return Claimed({"reply": "claimed", "job": job, "took": took, "holder": holder, "recovered": recovered})
 
 
 def holder_of(s: Any, thread: str = THREAD) -> str | None:

@@ -91,7 +91,7 @@ def test_scheduler_only_ops_are_dispatched_only_when_asked(tmp_path: Path) -> No
     space = Space(RetryingStore(LocalBackend(str(tmp_path))), "")
     assert set(Service(space).ops) == PROTOCOL
     assert set(Service(space, scheduler_ops=True).ops) == set(OPS)
-    assert SCHEDULER_ONLY == {"job_due", "job_claim", "job_claims", "lease_take"}
+    assert SCHEDULER_ONLY == {"job_due", "job_claim", "job_claims", "job_finish", "lease_renew", "lease_take"}
 
 
 # -- (b) the bridge

@@ -40,9 +40,12 @@ def tombstone_head(head: Any) -> bool:
     Such a head is what an ended lease leaves on a conversation that was never
     removed (the scheduler leaves one per job id it fires).  Deleting it
     changes no answer of any op: an absent head reads as ``{"thread", "epoch": 0}``.
+    Its ended lease's fence (``started``, since store format 5) goes with it: a
+    take after the delete writes store time now, past a fence of a lease ended
+    long before (gc deletes only heads unchanged for long).
     Any other field (a packing hint, a removal record, an unknown field) keeps it.
     """
-    return (isinstance(head, dict) and not has_lease(head) and set(head) <= {"thread", "epoch"}
+    return (isinstance(head, dict) and not has_lease(head) and set(head) <= {"thread", "epoch", "started"}
             and head.get("epoch", 0) == 0)
 
 

@@ -26,6 +26,11 @@ format release   what it added
                  ledger, 128 mark shards, the claim index
 4      0.6.0     this record and the server probe objects (``_probe/``);
                  nothing a format-3 driver misreads: records say reader 3
+5      0.7.0     a lease's ``started`` is its fence: each take that gives it
+                 to a holder writes max(now, the one before + 1), and an
+                 ended lease keeps it (heads.py); format-3 and -4 drivers
+                 read such heads as before and their writes only drop it,
+                 which the next take's "now" covers: records say reader 3
 ====== ========= ===========================================================
 
 A store with no record holds the legacy layouts (1 to 3, possibly mixed),
@@ -53,12 +58,12 @@ from .._version import __version__
 #: The object at the store's root holding the record.
 KEY = "_format"
 #: The store format this release writes.
-FORMAT = 4
+FORMAT = 5
 #: The least store format this release reads (the legacy layouts included).
 READS_FROM = 1
 #: Named features this release knows (none yet: every change so far raised the numbers).
 KNOWN_FEATURES: frozenset[str] = frozenset()
-#: What this release's own writes need of a reader and a writer: format-3 drivers read and write format 4.
+#: What this release's own writes need of a reader and a writer: format-3 drivers read and write formats 4 and 5.
 NEEDS_READER = 3
 NEEDS_WRITER = 3
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,11 +47,19 @@ from . import validate as v
 
 Reply = dict[str, Any]
 
+RENEW_MAX = 256  # leases one lease_renew renews at most
 DUE_LIMIT, DUE_LIMIT_MAX = 100, 1000  # job_due entries per reply: default, and one listing page at most
 UNKNOWN_WORDS = "outcome unknown: the change may or may not have been made"
 UNCHANGED_WORDS = "nothing was changed"
 
 log = logging.getLogger("cloudstore")
+
+
+def _held_ms(at: list[float]) -> int:
+    """Milliseconds since the lease write that won was decided (its ``renewed`` taken), by this process's
+    clock: the scheduler dates its claim's confirmation from its reply, not from its request, so a claim of
+    several round trips does not start old.  0 when no write was decided."""
+    return max(0, int((time.monotonic() - at[-1]) * 1000)) if at else 0
 
 
 def error(why: str) -> Reply:
@@ -226,11 +235,29 @@ class Service:
         return {"reply": "took", "took": self.leases_.take(agent, thread, holder, lapse_ms)}
 
     def op_lease_take(self, req: dict, agent: v.Agent) -> Reply:
-        """Not in the wire protocol: ``take``, naming the holder when ``held`` (null otherwise)."""
+        """Not in the wire protocol: ``take``, naming the holder when ``held`` (null otherwise) and the
+        lease's fence when it is ``holder``'s (null otherwise; leases.py)."""
         thread, holder = v.string(req, "thread"), v.string(req, "holder")
         lapse_ms = v.integer(req, "lapse_ms", minimum=0)
-        took, held_by = self.leases_.take_naming(agent, thread, holder, lapse_ms)
-        return {"reply": "took", "took": took, "holder": held_by}
+        at: list[float] = []
+        took, held_by, fence = self.leases_.take_fenced(agent, thread, holder, lapse_ms, at=at)
+        return {"reply": "took", "took": took, "holder": held_by, "fence": fence, "held_ms": _held_ms(at)}
+
+    def op_lease_renew(self, req: dict, agent: v.Agent) -> Reply:
+        """Not in the wire protocol: ``renew`` for ``holder`` of each of ``leases`` (1 to 256 objects
+        ``{"agent", "thread"}``, any agents'), all at once: ``{"reply": "renewed", "renewed": [bool, ...]}``
+        in their order (false: ``lost``)."""
+        holder = v.string(req, "holder")
+        leases = v.field(req, "leases")
+        if not isinstance(leases, list) or not 1 <= len(leases) <= RENEW_MAX:
+            raise v.RequestError(f"'leases' must be a list of 1 to {RENEW_MAX} leases")
+        named = []
+        for lease in leases:
+            if not isinstance(lease, dict) or set(lease) != {"agent", "thread"}:
+                raise v.RequestError("each of 'leases' must be {\"agent\", \"thread\"}")
+            named.append((v.agent(lease), v.string(lease, "thread")))
+        renewed, earliest = self.leases_.renew_all(named, holder)
+        return {"reply": "renewed", "renewed": renewed, "held_ms": _held_ms([earliest])}
 
     def op_renew(self, req: dict, agent: v.Agent) -> Reply:
         thread, holder = v.string(req, "thread"), v.string(req, "holder")
@@ -305,7 +332,10 @@ class Service:
         With ``thread``, ``holder`` and ``lapse_ms`` (the claim lease) and
         ``not_after`` (a due this late is not claimed), the lease is taken in
         the same op and the reply also says ``took``, ``holder`` (when
-        ``held``) and ``recovered`` (``Jobs.claim``): three round trips in all.
+        ``held``), ``recovered`` and ``fence`` (the lease's, with a job to
+        fire) (``Jobs.claim``): three round trips in all.  With ``recover``
+        true, only a job left in firing is claimed (its record written anew
+        under the new lease first), never one from waiting.
         """
         job_id = v.job_id(v.field(req, "id"))
         if "holder" not in req:
@@ -313,12 +343,38 @@ class Service:
         thread, holder = v.string(req, "thread"), v.string(req, "holder")
         lapse_ms = v.integer(req, "lapse_ms", minimum=0)
         not_after = v.number(req, "not_after")
+        recover = v.boolean(req, "recover", default=False)
+        at: list[float] = []
         claimed = self.jobs.claim(
             agent, job_id,
-            take=lambda wanted: self.leases_.take_naming(agent, thread, holder, lapse_ms, guess=True, wanted=wanted),
+            take=lambda wanted: self.leases_.take_fenced(agent, thread, holder, lapse_ms, guess=not recover,
+                                                         wanted=wanted, refence=recover, at=at),
             release=lambda: self.leases_.end(agent, thread, holder),
-            not_after=not_after)
-        return claimed.wire()
+            not_after=not_after, recover=recover)
+        return {**claimed.wire(), "held_ms": _held_ms(at)}
+
+    def op_job_finish(self, req: dict, agent: v.Agent) -> Reply:
+        """Not in the wire protocol: the finish of a fire that ended, only under its claim.
+
+        (``id``, ``thread``, ``holder``, ``fence``, ``keep_ending``): the job
+        leaves firing (into ending when ``keep_ending``, else removed) only while
+        the lease on ``thread`` is ``holder``'s with that ``fence`` (lapsed but
+        not taken over counts), and then the lease is ended: ``finished``
+        (whether the job left firing now), ``ours`` true.  Otherwise nothing
+        changes: ``ours`` false and ``holder``, who holds it (null: nobody)
+        (``Jobs.finish``).
+        """
+        job_id = v.job_id(v.field(req, "id"))
+        thread, holder = v.string(req, "thread"), v.string(req, "holder")
+        fence = v.integer(req, "fence", minimum=0)
+        keep_ending = v.boolean(req, "keep_ending", default=False)
+
+        def ours() -> str | None:
+            held_by, held_fence = self.leases_.holder_of(agent, thread)
+            return None if held_by == holder and held_fence == fence else held_by or ""
+
+        return self.jobs.finish(agent, job_id, ours, lambda: self.leases_.end(agent, thread, holder, fence),
+                                keep_ending).wire()
 
     def op_job_day(self, req: dict, agent: v.Agent) -> Reply:
         day, sent = self.jobs.day(agent)
@@ -409,6 +465,7 @@ OPS: dict[str, Op] = {
     "end": Op(Service.op_end, "leases"),
     "leases": Op(Service.op_leases, "leases", read_only=True),
     "lease_take": Op(Service.op_lease_take, "leases", scheduler_only=True),
+    "lease_renew": Op(Service.op_lease_renew, "leases", scheduler_only=True),
 
     "job_put": Op(Service.op_job_put, "jobs"),
     "job_get": Op(Service.op_job_get, "jobs", read_only=True),
@@ -423,6 +480,7 @@ OPS: dict[str, Op] = {
     "job_due": Op(Service.op_job_due, "jobs", scheduler_only=True),
     "job_claims": Op(Service.op_job_claims, "jobs", scheduler_only=True),
     "job_claim": Op(Service.op_job_claim, "jobs", scheduler_only=True),
+    "job_finish": Op(Service.op_job_finish, "jobs", scheduler_only=True),
 
     "file_read": Op(Service.op_file_read, "files", read_only=True),
     "file_list": Op(Service.op_file_list, "files", read_only=True),

@@ -106,6 +106,16 @@ def number(req: dict[str, Any], name: str) -> float:
     raise RequestError(f"{name!r} must be a finite number")
 
 
+def boolean(req: dict[str, Any], name: str, default: bool | None = None) -> bool:
+    """``true`` or ``false`` (absent: ``default``, when one is given)."""
+    if name not in req and default is not None:
+        return default
+    value = field(req, name)
+    if not isinstance(value, bool):
+        raise RequestError(f"{name!r} must be true or false")
+    return value
+
+
 def integer(
     req: dict[str, Any], name: str, minimum: int = 0, maximum: int | None = None, default: int | None = None
 ) -> int:

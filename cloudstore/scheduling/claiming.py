@@ -33,7 +33,7 @@ from typing import Any
 from .claim_leases import Claim, Claims, lease_thread
 from .fire import FireCommand
 from .log import log
-from .store_client import Agent, AgentStore, StoreCallError
+from .store_client import Agent, AgentStore, StoreCallError, held_of
 from .timer_queue import TimerQueue
 
 EARLY = 0.001  # a job read back from firing due later than this past now was replaced: it isn't due
@@ -151,21 +151,27 @@ class Claimer:
             if look_first and store.get("firing", job_id) is None:
                 self._leave(store.agent, job_id)
                 return "gone"
-            claim = self.claims.take(store, job_id)
+            if store.own_driver:  # the lease, and the record written anew under it (``Jobs.claim``)
+                claim, found = self._claim_leased(store, job_id, recover=True)
+                job = found[0] if found is not None else None
+            else:
+                claim = self.claims.take(store, job_id)
+                job = store.get("firing", job_id) if claim is not None else None  # still there?
             if claim is None:
                 self._leave(store.agent, job_id)
                 return "held"
-            job = store.get("firing", job_id)  # still there now that the lease is ours?
         except StoreCallError:
             if claim is not None:
                 self.claims.forget(claim)  # where the job is is unknown: the lease lapses, recovery looks
             self._leave(store.agent, job_id)
             raise
         if job is None:
-            self.claims.release(claim)
+            if not store.own_driver:  # the driver let the lease go itself
+                self.claims.release(claim)
             self._leave(store.agent, job_id)
             return "gone"
-        log("recovering", runner=self.holder, agent=store.agent.label(), job=job_id, took=claim.took)
+        log("recovering", runner=self.holder, agent=store.agent.label(), job=job_id, took=claim.took,
+            fence=claim.fence)
         self._pool.submit(self._fire_and_finish, store, job, claim, True)
         return "claimed"
 
@@ -205,18 +211,21 @@ class Claimer:
                 self._slots.release()
         told(outcome)
 
-    def _claim_leased(self, store: AgentStore, job_id: str) -> tuple[Claim | None, tuple[dict[str, Any], bool] | None]:
+    def _claim_leased(self, store: AgentStore, job_id: str,
+                      recover: bool = False) -> tuple[Claim | None, tuple[dict[str, Any], bool] | None]:
         """The lease and the claim in one request through the runner's own driver (``Jobs.claim``):
         (the claim, or None when another runner holds it; the job to fire and whether it is a
-        recovery, or None).  With nothing to fire the driver has let the lease go already."""
-        sent = time.monotonic()
+        recovery, or None).  With nothing to fire the driver has let the lease go already.
+        ``recover``: only a job left in firing (``reclaim``)."""
+        sent = self.claims.clock()
         reply = store.claim_leased(job_id, lease_thread(job_id), self.holder, self.claims.lapse_ms,
-                                   time.time() + EARLY)
+                                   time.time() + EARLY, recover=recover)
         if "took" not in reply:  # it shifted the job without a lease: recovery finds it leaseless in firing
             raise StoreCallError(f"job_claim for {store.agent.label()}: the driver is too old to take the "
                                  "claim lease (upgrade it with the scheduler); the job is left to recovery")
-        holder = reply.get("holder")
-        claim = self.claims.hold(store, job_id, str(reply["took"]), holder if isinstance(holder, str) else None, sent)
+        holder, fence = reply.get("holder"), reply.get("fence")
+        claim = self.claims.hold(store, job_id, str(reply["took"]), holder if isinstance(holder, str) else None,
+                                 self.claims.written(sent, held_of(reply)), fence if type(fence) is int else None)
         job = reply.get("job")
         if claim is None or job is None:
             if claim is not None:
@@ -246,7 +255,15 @@ class Claimer:
         agent, job_id = store.agent, job["id"]
         handed = False  # the finish is queued: the job stays in flight until it is settled
         try:
-            result = self.fire.run(agent, job, recovered, lambda: self.claims.stale(claim))
+            result = self.fire.run(agent, job, recovered, lambda: self.claims.stale(claim), claim.fence,
+                                   lambda: self.claims.ready_to_start(claim))
+            if not result.ran:
+                # Judged right before the start: the claim was fenced (a pause since the claim, a store
+                # too slow to confirm it) or lost.  Nothing ran: recovery fires it (its lease lapses).
+                log("not_started", runner=self.holder, owner=agent.owner, agent=agent.id, job=job_id,
+                    why=result.killed, fence=claim.fence, recovered=recovered)
+                self.claims.forget(claim)
+                return
             with self._lock:
                 self.fired += 1
             log(
@@ -262,10 +279,13 @@ class Claimer:
                 runner=self.holder,
                 recovered=recovered,
                 killed=result.killed,
+                fence=claim.fence,
                 **({"error": result.error} if result.error else {}),
             )
-            if claim.lost is not None:
-                # Another runner has it, or may take it any moment: it fires it again and finishes it.
+            if result.killed in ("fenced", "lost") or claim.lost == "lost":
+                # Killed as the claim went (or another runner has it): the fire did not complete, and
+                # recovery fires it again.  A fire that ended on its own is finished below, under its
+                # claim in the store, whatever the local judgement of its age says.
                 self.claims.forget(claim)
                 return
             self._finishing.acquire()
@@ -285,7 +305,7 @@ class Claimer:
         agent = store.agent
         later = False  # the finish handed to the renewer: the job stays in flight until it is settled
         try:
-            if claim.lost is not None:  # lost while the finish waited: its new holder fires it and finishes it
+            if claim.lost == "lost":  # lost while the finish waited: its new holder fires it and finishes it
                 self.claims.forget(claim)
                 return
             later = self._finish(store, job_id, claim)
@@ -300,12 +320,41 @@ class Claimer:
                 self._leave(agent, job_id)
             self._finishing.release()
 
-    def _finish_once(self, store: AgentStore, job_id: str) -> bool:
-        """One finish request: whether the job was in firing (and has left it)."""
-        return store.shift(job_id, "firing", "ending") if self.keep_ending else store.remove("firing", job_id)
+    def _finish_once(self, store: AgentStore, job_id: str, claim: Claim) -> None:
+        """One finish, settled: the job out of firing and the lease ended while the claim is ours in the
+        store; else nothing changed (another runner's, or nobody's) and the claim is let go.
+
+        Through the runner's own driver one ``job_finish``, conditional on the
+        lease with the claim's fence (``Jobs.finish``: no window).  Through a
+        bridge, which answers only the protocol's ops: ``renew`` (``lost``: not
+        ours), then the shift or removal; a runner paused between the two past
+        the lapse, while another takes the job over and fires it, still takes
+        it out of firing (docs/scheduler.md, *What is promised*).
+        """
+        agent = store.agent
+        if store.own_driver and claim.fence is not None:
+            reply = store.finish_claimed(job_id, claim.thread, self.holder, claim.fence, self.keep_ending)
+            self.claims.forget(claim)  # the lease was ended by the op when ours
+            if reply.get("ours") is not True:
+                log("finish_not_ours", runner=self.holder, agent=agent.label(), job=job_id, fence=claim.fence,
+                    holder=reply.get("holder"))
+            elif reply.get("finished") is not True:
+                log("lost_job", runner=self.holder, agent=agent.label(), job=job_id)
+            return
+        if not store.renew(claim.thread, self.holder):
+            self.claims.forget(claim)
+            log("finish_not_ours", runner=self.holder, agent=agent.label(), job=job_id, fence=None, holder=None)
+            return
+        moved = store.shift(job_id, "firing", "ending") if self.keep_ending else store.remove("firing", job_id)
+        if moved:
+            self.claims.release(claim)
+        else:
+            log("lost_job", runner=self.holder, agent=agent.label(), job=job_id)
+            self.claims.forget(claim)
 
     def _finish(self, store: AgentStore, job_id: str, claim: Claim) -> bool:
-        """Out of firing (into ending when kept, else removed), then the lease goes.
+        """Out of firing (into ending when kept, else removed), then the lease goes, under the claim in
+        the store (``_finish_once``): never dropped on a local judgement of the claim's age.
 
         One request either way: a job not kept is removed straight from
         firing.  A runner that dies before that request leaves it in firing,
@@ -325,23 +374,18 @@ class Claimer:
         agent = store.agent
         for attempt in range(FINISH_TRIES):
             try:
-                moved = self._finish_once(store, job_id)
-                break
+                self._finish_once(store, job_id, claim)
+                return False
             except StoreCallError as exc:
-                if claim.lost is not None:
+                if claim.lost == "lost":
                     raise
                 if attempt == FINISH_TRIES - 1:
                     log("finish_later", runner=self.holder, agent=agent.label(), job=job_id, error=str(exc))
-                    self.claims.finish_later(claim, lambda: self._finish_once(store, job_id),
+                    self.claims.finish_later(claim, lambda: self._finish_once(store, job_id, claim),
                                              lambda: self._leave(agent, job_id))
                     return True
                 wait = min(FINISH_WAIT_MAX, FINISH_WAIT * 2**attempt)
                 log("finish_retry", runner=self.holder, agent=store.agent.label(), job=job_id, error=str(exc),
                     attempt=attempt + 1, wait_s=wait)
                 time.sleep(wait)
-        if not moved:
-            log("lost_job", runner=self.holder, agent=store.agent.label(), job=job_id)
-            self.claims.forget(claim)
-            return False
-        self.claims.release(claim)
         return False

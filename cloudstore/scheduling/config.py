@@ -209,12 +209,15 @@ every other through this runner's own driver processes (run as
 '<driver> serve' with LNK_SCHEDULER_OPS=1).
 
 the fire command gets the job's spec (JSON) on stdin and LNK_AGENT_ID,
-LNK_JOB_ID, LNK_JOB_DUE, LNK_OWNER (when the agent has one) and
-LNK_JOB_RECOVERED=1 when a dead runner's job is fired again; a minimal
+LNK_JOB_ID, LNK_JOB_DUE, LNK_OWNER (when the agent has one),
+LNK_JOB_RECOVERED=1 when a dead runner's job is fired again and
+LNK_JOB_FENCE, a number larger for each later fire of the job; a minimal
 environment otherwise (fire_env, and fire_pass_env taken from ours).
 
 promised: a due job is fired once when no runner dies, at least once when
-one does (after its lease lapses), never by two runners at the same time.
+one does (after its lease lapses), never by two runners at the same time
+while no runner pauses for lapse/3 or more (keep lapse at 30 or more; a
+fired system can refuse a superseded fire by LNK_JOB_FENCE).
 Idle, a runner sends about one store request a poll_interval whatever the
 number of agents; a job put on this machine wakes it at once (LNK_WAKE_DIR).
 Logs: one JSON object a line on stderr (its own drivers' too, unless driver_env
@@ -253,7 +256,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fire-pass-env", action="append", default=[], metavar="NAME",
                    help="a variable of this environment passed to the fire command (repeatable)")
     p.add_argument("--fire-timeout", type=float, help="seconds before a fire is killed (default 300)")
-    p.add_argument("--lapse", type=float, help="claim lease lapse, seconds (default 30)")
+    p.add_argument("--lapse", type=float, help="claim lease lapse, seconds (default 30, the least recommended)")
     p.add_argument("--poll-interval", type=float,
                    help="seconds between polls of the store's due index while idle: one request each, whatever "
                         "the number of agents (default 2; 0.01 to 3600)")

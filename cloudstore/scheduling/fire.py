@@ -5,7 +5,15 @@ environment: ``LNK_AGENT_ID``, ``LNK_JOB_ID``, ``LNK_JOB_DUE`` (the due as
 JSON writes it), ``LNK_OWNER`` only when the agent has an owner (so "no
 owner" and "owner ''" stay different, as on the wire), and
 ``LNK_JOB_RECOVERED=1`` when this is a second firing after a runner died
-mid-fire.  Its stdout goes to the runner's stderr: the runner writes nothing
+mid-fire, and ``LNK_JOB_FENCE``, the claim's fencing token: a whole number that
+only grows across the job's successive fires (the claim lease's, leases.py),
+so that a system the command writes to can refuse a superseded fire (one whose
+runner was paused past the lapse while another fired the job again).
+
+The claim is judged right before the command starts (``ready()``, after any
+pause between the claim and the start: the scheduler asks the store about a
+claim confirmed more than lapse/3 ago): a claim fenced or lost by then starts
+nothing (``FireResult.ran`` false).  Its stdout goes to the runner's stderr: the runner writes nothing
 on stdout.
 
 Its environment is NOT the runner's: the runner holds the store's
@@ -53,6 +61,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .log import log
 from .store_client import Agent
 
 GRACE = 2.0  # seconds between SIGTERM and SIGKILL for a fire past its timeout
@@ -64,7 +73,11 @@ SHELL = "/bin/sh"  # runs a fire command given as one line
 # the machine's language and time zone.  Nothing that may hold a credential.
 BASE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR")
 # Set by the runner for each job: the config may not name them (they would be overwritten).
-JOB_VARS = frozenset({"LNK_OWNER", "LNK_AGENT_ID", "LNK_JOB_ID", "LNK_JOB_DUE", "LNK_JOB_RECOVERED"})
+JOB_VARS = frozenset({"LNK_OWNER", "LNK_AGENT_ID", "LNK_JOB_ID", "LNK_JOB_DUE", "LNK_JOB_RECOVERED", "LNK_JOB_FENCE"})
+#: Read by the tests only: a job id whose fire makes the runner stop itself (SIGSTOP) right before the
+#: claim's last look and the command's start, after logging ``test_stopping`` (a pause between a claim
+#: and its fire, made to happen on purpose; tests/scheduler/test_pauses.py).
+TEST_STOP_ENV = "LNK_SCHEDULER_TEST_STOP_BEFORE_FIRE"
 
 # A shell line's first word that is not a program: reserved words and builtins
 # that exist only inside the shell (those that are also programs, such as
@@ -87,6 +100,7 @@ class FireResult:
     duration: float  # seconds until it was reaped
     killed: str | None  # "timeout", "fenced", "lost", or None
     error: str | None = None  # why it could not start
+    ran: bool = True  # False: not started, the claim judged fenced or lost right before (``killed`` says which)
 
 
 class FireWatcher:
@@ -224,8 +238,10 @@ class FireCommand:
         self.timeout = timeout
         # Taken once, at start-up: what a job sees does not drift with the runner's environment.
         self.base_env = base_environment(os.environ if environ is None else environ, pass_env, fire_env)
+        self.stop_before = (os.environ if environ is None else environ).get(TEST_STOP_ENV)
 
-    def environment(self, agent: Agent, job: dict[str, Any], recovered: bool) -> dict[str, str]:
+    def environment(self, agent: Agent, job: dict[str, Any], recovered: bool,
+                    fence: int | None = None) -> dict[str, str]:
         """The base environment with this job's ``LNK_*`` variables."""
         env = dict(self.base_env)
         if agent.owner is not None:
@@ -235,18 +251,32 @@ class FireCommand:
         env["LNK_JOB_DUE"] = json.dumps(job["due"])
         if recovered:
             env["LNK_JOB_RECOVERED"] = "1"
+        if fence is not None:
+            env["LNK_JOB_FENCE"] = str(fence)
         return env
 
-    def run(self, agent: Agent, job: dict[str, Any], recovered: bool, stop: Callable[[], str | None]) -> FireResult:
-        """Run the command for ``job`` until it exits or is killed; ``stop()`` is polled."""
+    def run(self, agent: Agent, job: dict[str, Any], recovered: bool, stop: Callable[[], str | None],
+            fence: int | None = None, ready: Callable[[], str | None] | None = None) -> FireResult:
+        """Run the command for ``job`` until it exits or is killed; ``ready()`` (else ``stop()``) is asked
+        right before the start (a claim gone by then starts nothing), ``stop()`` polled while it runs."""
         spec = json.dumps(job.get("spec"), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        env = self.environment(agent, job, recovered, fence)
+        if self.stop_before is not None and self.stop_before == str(job["id"]):
+            self.stop_before = None  # once
+            log("test_stopping", job=job["id"], pid=os.getpid())
+            # At this thread: stopped on its way out of the call (a SIGSTOP sent to the process may stop
+            # the other threads first and let this one start the command).
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+        why = (ready or stop)()
         started, clock = time.time(), time.monotonic()
+        if why is not None:
+            return FireResult(started, None, 0.0, why, f"not started: the claim was {why}", ran=False)
         try:
             proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.PIPE,
                 stdout=_stderr_fd(),
-                env=self.environment(agent, job, recovered),
+                env=env,
                 start_new_session=True,
                 close_fds=True,
             )

@@ -183,6 +183,11 @@ def identity(found: Due) -> tuple[Agent, str, str | float]:
     return (found.agent, found.job, found.key if found.key is not None else found.due)
 
 
+#: The least lapse docs/scheduler.md recommends: "never at once" rests on this runner's pauses staying
+#: under lapse/3 (10 s here), or on the fired system checking ``LNK_JOB_FENCE``.  Below it, a warning.
+LAPSE_RECOMMENDED = 30.0
+
+
 class Runner:
     """Fires the due jobs of ``stores`` (one per agent bound to this machine), found through ``sources``."""
 
@@ -256,6 +261,12 @@ class Runner:
                             log("wake_refused", runner=self.holder, reason=refused)
                         log("started", runner=self.holder, agents=[s.agent.wire() for s in self.stores],
                             nudges=self.listener.listening)
+                        if self.timing.lapse < LAPSE_RECOMMENDED:
+                            log("lapse_below_recommended", runner=self.holder, lapse=self.timing.lapse,
+                                recommended=LAPSE_RECOMMENDED, tolerated_pause=round(self.timing.lapse / 3, 3),
+                                why="a pause of this runner (a VM stall, swap, SIGSTOP) past lapse/3 lets another "
+                                    "runner fire its job while its own command still runs; only LNK_JOB_FENCE "
+                                    "tells the two apart (docs/scheduler.md, 'What is promised')")
                         self._say_here(ask=True)
                     else:
                         if time.monotonic() >= self.claim_watch.next_at():

@@ -199,6 +199,14 @@ class Counted:
         self.inner.close()
 
 
+def held_of(reply: dict[str, Any]) -> float:
+    """Seconds between a lease write and the reply that says it (``held_ms`` of the scheduler's lease
+    ops, by the driver's clock; 0 when absent): a claim's confirmation is dated by it from the reply's
+    arrival when that is later than the request's start."""
+    held = reply.get("held_ms")
+    return held / 1000 if type(held) is int and 0 <= held <= 10**9 else 0.0
+
+
 class AgentStore:
     """One agent's ops through its client; an error reply raises StoreCallError."""
 
@@ -253,11 +261,17 @@ class AgentStore:
         return self.get("firing", job_id)
 
     def claim_leased(self, job_id: str, thread: str, holder: str, lapse_ms: int,
-                     not_after: float) -> dict[str, Any]:
+                     not_after: float, recover: bool = False) -> dict[str, Any]:
         """The lease and the claim in one request (``job_claim`` with its lease fields; own driver only):
-        the reply's ``took``, ``holder``, ``job`` and ``recovered``."""
+        the reply's ``took``, ``holder``, ``job``, ``recovered`` and ``fence``.  ``recover``: only a job
+        left in firing, its record written anew under the lease before it is answered."""
         return self.op("job_claim", id=job_id, thread=thread, holder=holder, lapse_ms=lapse_ms,
-                       not_after=not_after)
+                       not_after=not_after, **({"recover": True} if recover else {}))
+
+    def finish_claimed(self, job_id: str, thread: str, holder: str, fence: int, keep_ending: bool) -> dict[str, Any]:
+        """Out of firing only under the claim (``job_finish``; own driver only): ``finished``, ``ours``,
+        and ``holder`` when it was not ours."""
+        return self.op("job_finish", id=job_id, thread=thread, holder=holder, fence=fence, keep_ending=keep_ending)
 
     def remove(self, place: str, job_id: str) -> bool:
         return bool(self.op("job_remove", place=place, id=job_id)["found"])
@@ -265,17 +279,31 @@ class AgentStore:
     def take(self, thread: str, holder: str, lapse_ms: int) -> str:
         return str(self.op("take", thread=thread, holder=holder, lapse_ms=lapse_ms)["took"])
 
-    def take_naming(self, thread: str, holder: str, lapse_ms: int) -> tuple[str, str | None]:
-        """``take``, and the holder when ``held``: known only through the runner's own driver
-        (``lease_take``); a bridge answers the protocol's ``take``, which doesn't say."""
+    def take_naming(self, thread: str, holder: str, lapse_ms: int) -> tuple[str, str | None, int | None, float]:
+        """``take``, the holder when ``held``, the lease's fence when ours, and how long before the reply
+        the lease was written (seconds, ``held_of``): known only through the runner's own driver
+        (``lease_take``); a bridge answers the protocol's ``take``, which says none of them."""
         if not self.own_driver:
-            return self.take(thread, holder, lapse_ms), None
+            return self.take(thread, holder, lapse_ms), None, None, 0.0
         reply = self.op("lease_take", thread=thread, holder=holder, lapse_ms=lapse_ms)
-        held_by = reply.get("holder")
-        return str(reply["took"]), held_by if isinstance(held_by, str) else None
+        held_by, fence = reply.get("holder"), reply.get("fence")
+        return (str(reply["took"]), held_by if isinstance(held_by, str) else None,
+                fence if type(fence) is int else None, held_of(reply))
 
     def renew(self, thread: str, holder: str) -> bool:
         return self.op("renew", thread=thread, holder=holder)["reply"] == "done"
+
+    def renew_many(self, leases: Sequence[tuple[Agent, str]], holder: str) -> tuple[Sequence[bool], float]:
+        """``renew`` of each (agent, thread) at once, in one request whatever their agents (``lease_renew``;
+        own driver only): whether each was renewed (false: ``lost``), in order, and how long before the
+        reply the earliest renewal was written (``held_of``)."""
+        wire = [{"agent": agent.wire(), "thread": thread} for agent, thread in leases]
+        reply = self.op("lease_renew", leases=wire, holder=holder)
+        renewed = reply.get("renewed")
+        if not isinstance(renewed, list) or len(renewed) != len(wire):
+            raise StoreCallError(f"lease_renew for {self.agent.label()}: answered {renewed!r:.200}, not one "
+                                 f"boolean per lease")
+        return [ok is True for ok in renewed], held_of(reply)
 
     def end(self, thread: str, holder: str) -> None:
         self.op("end", thread=thread, holder=holder)

@@ -13,6 +13,7 @@ listing.  Its fields::
 
     {"thread": t, "epoch": e}                                   no lease
     {"thread": t, "epoch": e, "holder": h, "started": ms, "renewed": ms}
+    {"thread": t, "epoch": e, "started": ms}                   an ended lease: its start kept as the fence
     {"thread": t, "epoch": e, "removed": [{"epoch", "at", "fence"}], ...}
                                   epochs a remove left to fence or purge (removal.py)
     {"thread": t, "epoch": e, "packed": {"epoch": e, "last": n}, ...}
@@ -25,7 +26,18 @@ listing.  Its fields::
                                   a hint which blocks a read may fetch before it knows the
                                   last number (conversations.py)
 
-An ended lease keeps no holder; a head with no epoch is at epoch 0.  (0.1.0
+An ended lease keeps no holder; a head with no epoch is at epoch 0.
+
+A lease's ``started`` is also its *fence* (since 0.7.0, store format 5): each
+take that gives the lease to a holder (``took`` from no lease, ``lapsed``)
+sets it to ``max(now, started before + 1)`` in store milliseconds, and an
+ended lease keeps it, so a thread's successive holders get numbers that only
+grow, and a take after the head was deleted (gc) or rewritten by an older
+driver that dropped it still gets a larger one, because store time has moved
+on (a hybrid logical clock's rule).  The scheduler hands it to the fired
+command (``LNK_JOB_FENCE``) and finishes a job only under it (``job_finish``).
+Older drivers read such heads as they always did: ``started`` was always a
+field of the lease, and a head without a holder was never asked for it.  (0.1.0
 kept the epoch in a separate object and ended leases as ``{"ended": true}``:
 0.2.0 does not read stores written by 0.1.0, see CHANGELOG.md.)
 
@@ -70,8 +82,10 @@ HINT_GAP_SECONDS = 1.0
 #: The clock of ``HINT_GAP_SECONDS`` (a test may step it).
 monotonic: Callable[[], float] = time.monotonic
 
-#: The fields of a lease within a head; the rest (thread, epoch, removed) outlive it.
+#: The fields of a lease within a head; the rest (thread, epoch, removed, and ``started`` as the fence) outlive it.
 LEASE_FIELDS = ("holder", "started", "renewed")
+#: What an ended lease leaves of its lease's fields: its start, the fence the next take must pass.
+FENCE_FIELD = "started"
 
 
 def has_lease(head: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
@@ -80,8 +94,21 @@ def has_lease(head: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
 
 
 def without_lease(head: dict[str, Any]) -> dict[str, Any]:
-    """The head with its lease ended (and 0.1.0's tombstone fields gone)."""
-    return {k: v for k, v in head.items() if k not in LEASE_FIELDS and k not in ("ended", "at")}
+    """The head with its lease ended (and 0.1.0's tombstone fields gone); the lease's start stays as
+    the fence (``fence_of``)."""
+    return {k: v for k, v in head.items() if k == FENCE_FIELD or k not in LEASE_FIELDS and k not in ("ended", "at")}
+
+
+def fence_of(head: dict[str, Any]) -> int:
+    """The fence of the head's lease, or of the last lease it held (0: none known).  Only ``checked``
+    heads: an ended lease of 0.1.0 (``ended``) kept its holder, whose start is the fence all the same."""
+    started = head.get(FENCE_FIELD, 0)
+    return int(started) if stored.validate_int(started) and started >= 0 else 0
+
+
+def next_fence(head: dict[str, Any], now_ms: int) -> int:
+    """The fence a take that gives the lease to a holder writes: later than any before it, and than now."""
+    return max(now_ms, fence_of(head) + 1)
 
 
 def epoch_of(head: dict[str, Any]) -> int:
@@ -136,6 +163,8 @@ def checked(thread: str, head: Any) -> dict[str, Any] | None:
         stored.text(head["holder"], HEAD, "its holder")
         for name in ("started", "renewed"):
             stored.count(head.get(name), HEAD, f"its lease's {name} time")
+    elif "started" in head:
+        stored.count(head["started"], HEAD, "its ended lease's fence")
     if "ended" in head:
         stored.expect(isinstance(head["ended"], bool), HEAD, "its ended mark is not a boolean")
     if "at" in head:

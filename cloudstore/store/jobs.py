@@ -152,17 +152,33 @@ class Claimed:
     ``holder`` who holds the lease when ``held``.  ``job`` is the job moved
     from waiting to firing, or with ``recovered`` the job a holder that died
     left in firing; None when there is nothing to fire (then the lease, if
-    taken, has been let go).
+    taken, has been let go).  ``fence`` is the lease's fence (leases.py) when
+    there is a job to fire: the fire's token, and what its finish names.
     """
 
     took: str
     holder: str | None
     job: dict[str, Any] | None
     recovered: bool = False
+    fence: int | None = None
 
     def wire(self) -> dict[str, Any]:
         return {"reply": "claimed", "job": self.job, "took": self.took, "holder": self.holder,
-                "recovered": self.recovered}
+                "recovered": self.recovered, "fence": self.fence}
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What a runner's ``job_finish`` did: ``finished``, the job left firing by this op; ``ours``, the
+    claim's lease was the runner's (with its fence) when the record was written or judged; ``holder``,
+    who holds the lease when it was not (None: nobody)."""
+
+    finished: bool
+    ours: bool
+    holder: str | None = None
+
+    def wire(self) -> dict[str, Any]:
+        return {"reply": "finished", "finished": self.finished, "ours": self.ours, "holder": self.holder}
 
 
 @dataclass
@@ -398,8 +414,9 @@ class Jobs:
             self.nudge(wake.encode_name(agent.wire(), job_id, job["due"]))
         return job
 
-    def claim(self, agent: Agent, job_id: str, take: Callable[[Callable[[str], bool]], tuple[str, str | None]],
-              release: Callable[[], None], not_after: float) -> Claimed:
+    def claim(self, agent: Agent, job_id: str,
+              take: Callable[[Callable[[str], bool]], tuple[str, str | None, int | None]],
+              release: Callable[[], None], not_after: float, recover: bool = False) -> Claimed:
         """The runner's claim: its lease with the record read, then the mark and the claim entry, then the record.
 
         First, at once: the claim lease is taken (``take``: one request for a
@@ -420,6 +437,14 @@ class Jobs:
         let go after the reply (``release``); so is the claimed job's index
         entry, which no answer depends on (an entry no record names is
         already a crash's leftover the index tolerates).
+
+        A job its last holder left in firing (the lease ``lapsed``, or with
+        ``recover`` also a lease found free: recovery of a job in firing, never
+        one from waiting) is fired again only after its record is written anew
+        under the new lease (``_restamp``): a finish of the old holder that
+        read its lease before the takeover writes on the version it knew, and
+        that write now fails (``finish``), so it can never take out of firing a
+        job its new holder fires.
         """
         keys = self.space.keys(agent)
         key = keys.job(job_id)
@@ -437,24 +462,30 @@ class Jobs:
             if not read or read[0] is None:
                 return True
             places = _places(read[0])
+            if recover:
+                return FIRING in places
             return WAITING in places or (answer == "lapsed" and FIRING in places)
 
         lease, record = self.space.at_once(lambda: take(wanted), read_record)
-        took, holder = lease
+        took, holder, fence = lease
         if took == "held":
             return Claimed(took, holder, None)
         if took == "skipped":  # no lease taken: nothing to fire, nothing to let go
             return Claimed(took, None, None)
-        if record is None:
+        if record is None and not recover:
             record = self._read_late_record(keys, key)
         places = _places(record)
-        if took == "lapsed" and FIRING in places:  # its last runner died firing it: that one comes first
-            return Claimed(took, None, places[FIRING]["job"], recovered=True)
+        if (took == "lapsed" or recover) and FIRING in places:  # its last runner died firing it: that one comes first
+            job = self._restamp(keys, key)
+            if job is None:  # it left firing since the read: nothing to fire
+                self.space.defer(release)
+                return Claimed(took, None, None)
+            return Claimed(took, None, job, recovered=True, fence=fence)
 
         def due_now(held: dict[str, Any] | None) -> bool:
             return held is not None and float(held["job"]["due"]) <= not_after
 
-        if not due_now(places.get(WAITING)):  # gone, or not due: nothing written but the lease, let go
+        if recover or not due_now(places.get(WAITING)):  # gone, or not due: nothing written but the lease, let go
             self.space.defer(release)
             return Claimed(took, None, None)
         # The mark and the claim-index entry at once, both before the record (the crash order: the
@@ -479,7 +510,58 @@ class Jobs:
                 self.space.defer(lambda: self.claimed.drop(keys, job_id))
             return Claimed(took, None, None)
         self.space.defer(lambda: self._drop(keys, job_id, moved))
-        return Claimed(took, None, moved["job"])
+        return Claimed(took, None, moved["job"], fence=fence)
+
+    def _restamp(self, keys: AgentKeys, key: str) -> dict[str, Any] | None:
+        """Write the record anew, unchanged, while its job is in firing: the job to fire again (None when
+        it has left firing).  Every write gets a new version (the seam's nonce), so a write decided on an
+        older version (a superseded holder's finish) fails and is judged again."""
+        def change(record: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
+            places = _places(checked(keys, key, record))
+            held = places.get(FIRING)
+            if held is None:
+                return KEEP, None
+            return {**(record or {}), "places": places}, held["job"]
+
+        return self._update(key, change)
+
+    def finish(self, agent: Agent, job_id: str, ours: Callable[[], str | None], release: Callable[[], None],
+               keep_ending: bool) -> Finished:
+        """The runner's finish of a fire that ended: out of firing (into ending when kept, else removed),
+        only while the claim is the runner's in the store, then its lease ended (``release``).
+
+        ``ours()`` reads the lease and answers None while it is the runner's
+        with the claim's fence (lapsed but not taken over counts), else who holds
+        it ("" for nobody).  It is asked inside the record's compare-and-set,
+        after the record version the write names was read (or remembered from
+        this process's own write): a recovery takes the lease and then writes
+        the record anew before it fires (``_restamp``), so either that write
+        came first, and this one fails and reads the lease again (not ours:
+        nothing changes), or this one came first, and the recovery finds the
+        job gone from firing and fires nothing.
+        """
+        keys = self.space.keys(agent)
+        key = keys.job(job_id)
+        now = self.space.store.clock.now_ms()
+        held_by: list[str | None] = [None]
+
+        def change(record: dict[str, Any] | None) -> tuple[Any, bool]:
+            places = _places(checked(keys, key, record))
+            held_by[0] = ours()
+            if held_by[0] is not None or FIRING not in places:
+                return KEEP, False
+            moved = places.pop(FIRING)
+            if keep_ending:
+                places["ending"] = {"job": moved["job"]}
+            return ({"places": places} if places else {"places": {}, "emptied": now}), True
+
+        finished = self._update(key, change)
+        if held_by[0] is not None:
+            return Finished(False, False, held_by[0] or None)
+        if finished:
+            self.claimed.drop(keys, job_id)  # out of firing: its claim-index entry goes after the record
+        release()
+        return Finished(finished, True)
 
     def _kept(self, agent: Agent, kind: str, keep: Callable[[dict[str, Any]], T], absent: T) -> list[T]:
         """What ``keep`` takes of each of the agent's job records (read, or remembered by version);

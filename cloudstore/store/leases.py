@@ -21,11 +21,12 @@ alike when their clocks agree with the store's.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 from . import stored
-from .heads import HEAD, Heads, checked, has_lease, without_lease
+from .heads import HEAD, Heads, checked, fence_of, has_lease, next_fence, without_lease
 from .model import Agent
 from .space import KEEP, Space
 
@@ -42,6 +43,12 @@ def lapsed(lease: dict[str, Any], lapse_ms: int, now: int) -> bool:
     return now - int(lease["renewed"]) >= lapse_ms
 
 
+def held_under(head: dict[str, Any], holder: str, fence: int | None) -> bool:
+    """Whether ``holder`` holds the head's lease, with fence ``fence`` when one is named.  A lapsed lease
+    nobody took over is still its holder's: only a take moves it on."""
+    return has_lease(head) and head["holder"] == holder and (fence is None or fence_of(head) == fence)
+
+
 class Leases:
     """take, renew, end, leases (``remove`` ends a lease with the epoch's bump: conversations.py)."""
 
@@ -55,7 +62,25 @@ class Leases:
 
     def take_naming(self, agent: Agent, thread: str, holder: str, lapse_ms: int,
                     guess: bool = False, wanted: Callable[[str], bool] | None = None) -> tuple[str, str | None]:
-        """``take``, and who holds the lease when the answer is ``held`` (else None).
+        """``take``, and who holds the lease when the answer is ``held`` (else None): ``take_fenced``
+        without its fence."""
+        took, held_by, _ = self.take_fenced(agent, thread, holder, lapse_ms, guess, wanted)
+        return took, held_by
+
+    def take_fenced(self, agent: Agent, thread: str, holder: str, lapse_ms: int, guess: bool = False,
+                    wanted: Callable[[str], bool] | None = None, refence: bool = False,
+                    at: list[float] | None = None) -> tuple[str, str | None, int | None]:
+        """``take``, who holds the lease when the answer is ``held`` (else None), and the lease's fence
+        when it is ``holder``'s (``took``, ``lapsed``; else None).
+
+        The fence (heads.py) is the lease's start: a take that gives the
+        lease to a holder (from no lease, or from a lapsed one) writes
+        ``max(now, the fence before + 1)``, so it only grows across a
+        thread's holders; a take by the holder itself renews and keeps it
+        (with ``refence``, a new one all the same: a scheduler recovering a job
+        it fired itself before, which a system fed the old fence must tell apart).
+        ``at`` gets ``time.monotonic()`` when the write that won was decided (its
+        ``renewed`` taken): how long ago the lease was confirmed (``held_ms``).
 
         The scheduler's own driver answers this as ``lease_take``: a runner
         refused a job's claim learns which runner has it, and so which
@@ -83,45 +108,71 @@ class Leases:
         tried: list[tuple[Any, Any, Any] | None] = [None]
         rounds = [0]
 
-        def change(head: dict[str, Any]) -> tuple[Any, tuple[str, str | None]]:
+        def change(head: dict[str, Any]) -> tuple[Any, tuple[str, str | None, int | None]]:
+            if at is not None:
+                at.append(time.monotonic())
             rounds[0] += 1
             from_read = not (guess and rounds[0] == 1)
             now = self.clock.now_ms()  # what is written; lapse is judged by the earliest plausible time
             if has_lease(head):
+                if head["holder"] == holder and not refence:
+                    return {**head, "renewed": now}, ("took", None, fence_of(head))
                 if head["holder"] == holder:
-                    return {**head, "renewed": now}, ("took", None)
+                    fence = next_fence(head, now)
+                    return {**head, "started": fence, "renewed": now}, ("took", None, fence)
                 lease = (head["holder"], head.get("started"), head.get("renewed"))
                 if not lapsed(head, lapse_ms, self.clock.earliest_ms()) or tried[0] is not None and lease != tried[0]:
-                    return KEEP, ("held", str(head["holder"]))
+                    return KEEP, ("held", str(head["holder"]), None)
                 if from_read and wanted is not None and not wanted("lapsed"):
-                    return KEEP, ("skipped", None)
+                    return KEEP, ("skipped", None, None)
                 if from_read:
                     tried[0] = lease
-                return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, ("lapsed", None)
-            if from_read and wanted is not None and not wanted("took"):
-                return KEEP, ("skipped", None)
-            if from_read:
-                tried[0] = (None, None, None)  # no lease was there: any lease found after losing is a taker's
-            return {**without_lease(head), "holder": holder, "started": now, "renewed": now}, ("took", None)
+                answer = "lapsed"
+            else:
+                if from_read and wanted is not None and not wanted("took"):
+                    return KEEP, ("skipped", None, None)
+                if from_read:
+                    tried[0] = (None, None, None)  # no lease was there: any lease found after losing is a taker's
+                answer = "took"
+            fence = next_fence(head, now)
+            return {**without_lease(head), "holder": holder, "started": fence, "renewed": now}, (answer, None, fence)
 
         return self.heads.update(keys, thread, change, cached=guess, absent=guess)
 
-    def renew(self, agent: Agent, thread: str, holder: str) -> bool:
+    def renew(self, agent: Agent, thread: str, holder: str, at: list[float] | None = None) -> bool:
         def change(head: dict[str, Any]) -> tuple[Any, bool]:
+            if at is not None:
+                at.append(time.monotonic())
             if not has_lease(head) or head["holder"] != holder:
                 return KEEP, False
             return {**head, "renewed": self.clock.now_ms()}, True
 
         return self.heads.update(self.space.keys(agent), thread, change, cached=True)
 
-    def end(self, agent: Agent, thread: str, holder: str) -> None:
-        """Drop the holder, conditionally: a release landing late fails instead of ending a newer lease."""
+    def renew_all(self, leases: list[tuple[Agent, str]], holder: str) -> tuple[list[bool], float]:
+        """``renew`` of each (agent, thread), all at once (one round trip for all, not one each): the
+        scheduler's renewer confirms every claim of a round together, whatever their agents
+        (``lease_renew``).  Also ``time.monotonic()`` when the earliest of the writes that won was decided."""
+        stamps: list[list[float]] = [[] for _ in leases]
+        done = list(self.space.pool.map(lambda i: self.renew(leases[i][0], leases[i][1], holder, stamps[i]),
+                                        range(len(leases))))
+        return done, min((s[-1] for s in stamps if s), default=time.monotonic())
+
+    def end(self, agent: Agent, thread: str, holder: str, fence: int | None = None) -> None:
+        """Drop the holder, conditionally: a release landing late fails instead of ending a newer lease
+        (with ``fence``: only the lease of that fence, not one the same holder took again since)."""
         def change(head: dict[str, Any]) -> tuple[Any, None]:
-            if not has_lease(head) or head["holder"] != holder:
+            if not held_under(head, holder, fence):
                 return KEEP, None
             return without_lease(head), None
 
         self.heads.update(self.space.keys(agent), thread, change, cached=True)
+
+    def holder_of(self, agent: Agent, thread: str) -> tuple[str | None, int]:
+        """Who holds the lease now, read from the store (None: nobody), and its fence (the last one's
+        when it ended; 0: none known)."""
+        head = self.heads.read(self.space.keys(agent), thread)
+        return (str(head["holder"]) if has_lease(head) else None), fence_of(head)
 
     def leases(self, agent: Agent, lapse_ms: int) -> list[dict[str, Any]]:
         keys = self.space.keys(agent)

@@ -5,7 +5,9 @@ end (the brief's ``<agent> <job id> <time>``, as JSON so that any owner or id
 survives), each with ONE write on an O_APPEND descriptor so lines of several
 fires at once never interleave.  ``ppid`` is the runner that fired it.  A spec
 ``{"sleep": S}`` makes the firing last S seconds (to kill a runner mid-fire,
-or to outlast a lease's lapse).
+or to outlast a lease's lapse); ``"sleep_recovered": S2`` makes a recovered
+firing (``LNK_JOB_RECOVERED=1``) last S2 instead.  ``fence`` is the fire's
+``LNK_JOB_FENCE`` (an integer; None when not set).
 """
 
 import json
@@ -32,12 +34,15 @@ def main() -> None:
         "job": os.environ["LNK_JOB_ID"],
         "due": json.loads(os.environ["LNK_JOB_DUE"]),
         "recovered": os.environ.get("LNK_JOB_RECOVERED") == "1",
+        "fence": int(os.environ["LNK_JOB_FENCE"]) if "LNK_JOB_FENCE" in os.environ else None,
         "ppid": os.getppid(),
         "spec": spec,
     }
     record(path, "start", **who)
-    if isinstance(spec, dict) and spec.get("sleep"):
-        time.sleep(float(spec["sleep"]))
+    if isinstance(spec, dict):
+        sleep = spec.get("sleep_recovered") if who["recovered"] and "sleep_recovered" in spec else spec.get("sleep")
+        if sleep:
+            time.sleep(float(sleep))
     record(path, "end", **who)
 
 

@@ -91,8 +91,9 @@ class Rig:
     def record(self) -> Path:
         return self.root / "fired.jsonl"
 
-    def start_runner(self, **settings: Any) -> RunnerProc:
-        """One runner process for both agents, its config JSON made of ``settings``."""
+    def start_runner(self, env: dict[str, str] | None = None, **settings: Any) -> RunnerProc:
+        """One runner process for both agents, its config JSON made of ``settings`` (``env``: more of
+        its environment)."""
         n = len(self.runners)
         config = {
             "agents": AGENTS,
@@ -109,6 +110,7 @@ class Rig:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "cloudstore.scheduler", "--config", str(path)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                env=None if env is None else {**os.environ, **env},
             )
         runner = RunnerProc(proc, log)
         self.runners.append(runner)

@@ -9,8 +9,8 @@ apart without holding a worker or a driver process meanwhile:
   the slot is free for the next job as soon as the fire has ended;
 * a job handed out with ``look_first`` (deferred to its owner, or late) is
   read first, and a job gone since the poll is claimed with no write at all;
-* a claim confirmed a moment ago is not renewed in this renewal round, nor
-  one whose finish is queued before lapse/6.
+* a claim is renewed lapse/4 to lapse/3 after its last confirmation, never
+  a moment after its take (tests/scheduler/test_renewer.py).
 
 The same at a real limit, counted at the proxy: ``test_throttle_scheduler.py``.
 """
@@ -25,7 +25,7 @@ import pytest
 from scheduler_rig import QuickFire
 
 from cloudstore.scheduling import claiming
-from cloudstore.scheduling.claim_leases import FRESH, Claim, Claims
+from cloudstore.scheduling.claim_leases import Claims
 from cloudstore.scheduling.claiming import Claimer
 from cloudstore.scheduling.store_client import Agent, AgentStore
 from cloudstore.scheduling.timer_queue import TimerQueue
@@ -52,9 +52,10 @@ class Recording:
         if op == "job_claim":
             time.sleep(self.claim_takes)
             return {"reply": "claimed", "took": "took", "holder": None, "recovered": False,
-                    "job": {"id": job, "spec": None, "due": 0}}
-        if op == "job_remove":
-            return {"reply": "found", "found": True}
+                    "job": {"id": job, "spec": None, "due": 0}, "fence": 7}
+        if op == "job_finish":
+            assert request["fence"] == 7 and request["holder"] == "runner-A", request
+            return {"reply": "finished", "finished": True, "ours": True, "holder": None}
         if op in ("end", "renew"):
             return {"reply": "done"}
         raise AssertionError(f"unexpected op {request}")
@@ -96,12 +97,12 @@ def test_the_worker_is_free_while_its_finish_waits(monkeypatch: pytest.MonkeyPat
         assert claimer.busy(AGENT, "first"), "a job waiting for its finish is still in flight here"
         assert claimer.dispatch(store, "second", told.append)
         wait_until(lambda: told == ["claimed", "claimed"])
-        assert "job_remove" not in driver.ops("first"), "finished before its pace"
+        assert "job_finish" not in driver.ops("first"), "finished before its pace"
 
     claimer, fire, told = run_claimer(driver, 1, steps)
     assert fire.fired == 2
     for job in ("first", "second"):
-        assert driver.ops(job) == ["job_claim", "job_remove", "end"], driver.sent  # stopping: finished, then let go
+        assert driver.ops(job) == ["job_claim", "job_finish"], driver.sent  # stopping: finished, then let go
         assert not claimer.busy(AGENT, job)
 
 
@@ -115,11 +116,11 @@ def test_the_finish_is_sent_a_pace_after_its_claims_reply(monkeypatch: pytest.Mo
     def steps(claimer: Claimer, store: AgentStore, told: list[str]) -> None:
         assert claimer.acquire_slot(lambda: False)
         assert claimer.dispatch(store, "j", told.append)
-        wait_until(lambda: "end" in driver.ops("j"))
+        wait_until(lambda: "job_finish" in driver.ops("j"))
 
     run_claimer(driver, 1, steps)
-    assert driver.ops("j") == ["job_claim", "job_remove", "end"]
-    assert driver.at("job_remove", "j") - driver.at("job_claim", "j") >= 0.2 + 0.3  # a timer never ends early
+    assert driver.ops("j") == ["job_claim", "job_finish"]
+    assert driver.at("job_finish", "j") - driver.at("job_claim", "j") >= 0.2 + 0.3  # a timer never ends early
 
 
 def wait_until(check: Any, seconds: float = 30.0) -> None:
@@ -139,44 +140,8 @@ def test_a_job_read_first_and_gone_is_claimed_with_no_write() -> None:
 
     _, _, told = run_claimer(driver, 2, steps)
     assert driver.ops("old") == ["job_get"], "a job gone since the poll: read, and no lease taken for it"
-    assert driver.ops("new") == ["job_get", "job_claim", "job_remove", "end"]
+    assert driver.ops("new") == ["job_get", "job_claim", "job_finish"]
     assert sorted(told) == ["claimed", "gone"]
-
-
-def test_a_claim_confirmed_a_moment_ago_waits_for_the_next_renewal_round() -> None:
-    store = AgentStore(AGENT, Recording(), own_driver=True)
-    for lapse, fresh in ((30.0, FRESH), (1.5, 1.5 / 6)):  # FRESH, or lapse/6 for a short lapse
-        claims = Claims("runner-A", lapse)
-        try:
-            now = time.monotonic()
-            assert not claims.renews_now(Claim(store, "j", "took", confirmed=now), now=now + fresh - 0.01)
-            assert claims.renews_now(Claim(store, "j", "took", confirmed=now), now=now + fresh)
-            # Renewed a round (lapse/3) later instead, the claim is still short of the fence.
-            assert fresh + lapse / 3 < claims.fence
-        finally:
-            claims.close()
-
-
-def test_a_claim_whose_finish_is_queued_is_renewed_only_once_its_lease_needs_it() -> None:
-    """A renewal sent as the paced finish goes out made the finish's end of the lease meet a changed
-    lease: a refused write, a read and a third write of one object within a second (measured on the
-    proxy, refused on GCS).  While its finish is queued a claim waits lapse/6, then is renewed as
-    any other: a finish slow to land never lets the lease lapse."""
-    store = AgentStore(AGENT, Recording(), own_driver=True)
-    for lapse in (30.0, 1.5):
-        claims = Claims("runner-A", lapse)
-        try:
-            now = time.monotonic()
-            claim, plain = Claim(store, "j", "took", confirmed=now), Claim(store, "k", "took", confirmed=now)
-            claim.ending = True
-            fresh = min(FRESH, lapse / 6)
-            assert claims.renews_now(plain, now=now + fresh)
-            assert claims.renews_now(claim, now=now + fresh) is (fresh == lapse / 6), "at FRESH: only a short lapse"
-            assert not claims.renews_now(claim, now=now + lapse / 6 - 0.01)
-            assert claims.renews_now(claim, now=now + lapse / 6)
-            assert lapse / 6 + lapse / 3 < claims.fence, "skipped once, renewed a round later: short of the fence"
-        finally:
-            claims.close()
 
 
 def test_a_fire_that_ended_marks_its_claim_ending_until_it_is_finished(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -211,7 +176,7 @@ def test_the_timer_queue_runs_each_item_at_its_time_and_the_rest_when_closed() -
 
 
 def test_a_claim_lost_while_its_finish_waited_is_not_finished(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Another runner holds the lease now, and fires the job again: finishing it here would take it from them."""
+    """Another runner holds the lease now (a renewal said ``lost``), and fires the job again: nothing is sent."""
     monkeypatch.setattr(claiming, "FINISH_PACE", 60.0)
     driver = Recording()
 

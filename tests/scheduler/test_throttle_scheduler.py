@@ -221,9 +221,10 @@ def stuck(rig: Rig, limited: Limited) -> str:
 class ThrottledFinish:
     """The runner's own driver: the claim succeeds, the finish is throttled ``failures`` times.
 
-    A second runner's ``lease_take`` answers as the store would: ``held``
-    while the first runner's lease is renewed, ``lapsed`` once it was not
-    renewed for the lapse (then that runner would fire the job again).
+    A second runner's recovery (``job_claim`` with ``recover``) answers as
+    the store would: ``held`` while the first runner's lease is renewed,
+    ``lapsed`` once it was not renewed for the lapse (then that runner would
+    fire the job again).
     """
 
     THROTTLED = "the store kept refusing the request for its rate until the deadline (put: 429); nothing was changed"
@@ -240,25 +241,28 @@ class ThrottledFinish:
         with self.lock:
             op = request["op"]
             self.ops.append(op)
-            if op == "job_claim":
+            if op == "job_claim" and not request.get("recover"):
                 self.renewed = time.monotonic()
                 return {"reply": "claimed", "took": "took", "holder": None, "recovered": False,
-                        "job": {"id": request["id"], "spec": None, "due": 0}}
-            if op == "job_remove":
+                        "job": {"id": request["id"], "spec": None, "due": 0}, "fence": 1}
+            if op == "job_finish":  # out of firing and the lease ended, in one op (the claim is ours)
                 if self.failures > 0:
                     self.failures -= 1
                     return {"reply": "error", "error": self.THROTTLED}
                 found, self.in_firing = self.in_firing, False
-                return {"reply": "found", "found": found}
-            if op == "renew":
+                self.ops.append("end")
+                return {"reply": "finished", "finished": found, "ours": True, "holder": None}
+            if op == "lease_renew":
                 self.renewed = time.monotonic()
-                return {"reply": "done"}
-            if op == "end":
-                return {"reply": "done"}
-            if op == "lease_take":  # another runner's recovery
+                return {"reply": "renewed", "renewed": [True for _ in request["leases"]]}
+            if op == "job_claim":  # another runner's recovery: the lease, and the job still in firing
                 lapsed = time.monotonic() - self.renewed > self.lapse
-                return {"reply": "lapsed" if lapsed else "held", "took": "lapsed" if lapsed else "held",
-                        "holder": None if lapsed else "runner-A"}
+                if not lapsed:
+                    return {"reply": "claimed", "took": "held", "holder": "runner-A", "recovered": False,
+                            "job": None, "fence": None}
+                return {"reply": "claimed", "took": "lapsed", "holder": None, "recovered": self.in_firing,
+                        "job": {"id": request["id"], "spec": None, "due": 0} if self.in_firing else None,
+                        "fence": 2 if self.in_firing else None}
             if op == "job_get":
                 return {"reply": "job", "job": {"id": request["id"], "spec": None, "due": 0} if self.in_firing
                         else None}
@@ -284,7 +288,7 @@ def test_a_finish_throttled_past_its_tries_keeps_the_claim_and_the_job_is_never_
     try:
         assert a.acquire_slot(lambda: False)
         assert a.dispatch(mine, "j", told.append)
-        wait_for(lambda: driver.ops.count("job_remove") >= claiming.FINISH_TRIES, 30, "the finish's tries")
+        wait_for(lambda: driver.ops.count("job_finish") >= claiming.FINISH_TRIES, 30, "the finish's tries")
         # The fire ended, its finish throttled past every try: neither this runner's recovery scan nor
         # another runner's takes the job back while the claim is kept.
         assert a.reclaim(mine, "j") == "busy"
@@ -300,7 +304,7 @@ def test_a_finish_throttled_past_its_tries_keeps_the_claim_and_the_job_is_never_
         claims_a.close()
         claims_b.close()
     assert fire_a.fired == 1 and fire_b.fired == 0, "the job was fired again after its fire ended"
-    removes = [i for i, op in enumerate(driver.ops) if op == "job_remove"]
+    removes = [i for i, op in enumerate(driver.ops) if op == "job_finish"]
     assert len(removes) == claiming.FINISH_TRIES + 4, driver.ops
     assert driver.ops.index("end") > removes[-1], "the lease ends only after the job left firing"
     assert not a.busy(agent, "j"), "settled: the job is no longer in flight"

@@ -14,12 +14,14 @@ from releases import HEAD, Driver, ReleaseUnavailable
 @pytest.mark.parametrize("name", sorted(rel.releases()))
 def test_tree_is_the_commits_code(name: str) -> None:
     """The process runs the release's own modules (not the checkout's, not the installed package's)."""
-    code = "import cloudstore.keys as k, cloudstore.driver as d; print(k.__file__); print(d.__file__)"
+    keys = "store/keys.py" if (rel.tree(name) / "cloudstore" / "store" / "keys.py").exists() else "keys.py"  # 0.6.0 on
+    module = "cloudstore." + keys[:-3].replace("/", ".")
+    code = f"import {module} as k, cloudstore.driver as d; print(k.__file__); print(d.__file__)"
     argv = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(rel.tree(name))!r}); {code}"]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
     assert all(path.startswith(str(rel.tree(name))) for path in out), out
-    got = (rel.tree(name) / "cloudstore" / "keys.py").read_bytes()
-    want = subprocess.run(["git", "-C", str(rel.REPO), "show", f"{rel.releases()[name].commit}:cloudstore/keys.py"],
+    got = (rel.tree(name) / "cloudstore" / keys).read_bytes()
+    want = subprocess.run(["git", "-C", str(rel.REPO), "show", f"{rel.releases()[name].commit}:cloudstore/{keys}"],
                           capture_output=True, check=True).stdout
     assert got == want
 
