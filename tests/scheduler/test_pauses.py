@@ -26,7 +26,7 @@ import random
 import re
 import signal
 import subprocess
-import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 import pytest
 from faults.http_proxy import FaultProxy, Rule
-from scheduler_rig import AGENTS, Backend, Rig, RunnerProc, wait_for
+from scheduler_rig import AGENTS, Backend, Rig, RunnerProc, starved, wait_for
 from support import make_store
 
 from cloudstore.protocol.client import ServeProcess
@@ -106,26 +106,20 @@ def test_a_slow_store_and_a_starved_machine_fire_each_job_once(tmp_path_factory:
         env = proxy.redirect(base.env)
         putter = ServeProcess(base.program, base.env, stderr=subprocess.DEVNULL)
         rig = Rig(Backend("moto", base.program, env, 1.0), tmp_path, putter)
-        loops: list[subprocess.Popen] = []
         try:
             for _ in range(2):
                 rig.start_runner(lapse=lapse, workers=4)
             rig.wait_started(60)
-            # Starved: a busy loop per core, for as long as the jobs take (killed below, and bounded).
-            loops = [subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 90\n"
-                                      "while time.time() < end: pass"]) for _ in range(busy)]
-            start = time.time() + 1.0
-            names = [f"j{i}" for i in range(jobs)]
-            rng.shuffle(names)
-            for i, name in enumerate(names):  # fires of 0.5-2 s, due over 4 s
-                rig.put(AGENTS[i % 2], name, start + 4.0 * i / jobs, {"sleep": rng.choice([0.5, 1.0, 2.0])})
-            wait_for(lambda: len({r["job"] for r in rig.records("end")}) >= jobs and rig.empty(), 180,
-                     f"seed {seed}: every job fired and finished")
-            time.sleep(lapse + 2)  # a completed fire fired again shows up by now
+            with starved(busy):  # a busy loop per core, for as long as the jobs take
+                start = time.time() + 1.0
+                names = [f"j{i}" for i in range(jobs)]
+                rng.shuffle(names)
+                for i, name in enumerate(names):  # fires of 0.5-2 s, due over 4 s
+                    rig.put(AGENTS[i % 2], name, start + 4.0 * i / jobs, {"sleep": rng.choice([0.5, 1.0, 2.0])})
+                wait_for(lambda: len({r["job"] for r in rig.records("end")}) >= jobs and rig.empty(), 180,
+                         f"seed {seed}: every job fired and finished")
+                time.sleep(lapse + 2)  # a completed fire fired again shows up by now
         finally:
-            for loop in loops:
-                loop.kill()
-                loop.wait()
             rig.stop_all()
             for r in rig.runners:
                 assert r.proc.stdout is not None
@@ -203,12 +197,11 @@ def record_puts(job_id: str) -> str:
     return re.escape(quote("j/_" + job_id, safe="/~")) + r"(\?|$)"
 
 
+@pytest.mark.parametrize("paused_rig", ["moto"], indirect=True)  # a request held at the proxy: no folder form
 def test_a_superseded_finish_in_flight_never_removes_the_recovered_job(
         paused_rig: tuple[Rig, FaultProxy | None]) -> None:
     rig, proxy = paused_rig
-    if proxy is None:
-        pytest.skip("holds a request at the proxy: moto only")
-    import threading
+    assert proxy is not None
 
     release = threading.Event()
     held = proxy.add(Rule("delay", method="PUT", path=record_puts("j"), nth=2, hold=release))  # claim, then finish
