@@ -42,7 +42,7 @@ log = logging.getLogger("cloudstore")
 # A CAS loop that keeps losing for this long is contention we cannot beat.
 CAS_ROUNDS = 200
 # What a serve process keeps of objects it listed and read (see listed_values),
-# and of objects it wrote (see update): byte budgets, part of cache.MEMORY_BUDGET.
+# and of objects it wrote (see update): byte budgets, part of cache.CACHE_BUDGET.
 SEEN_BUDGET = 40 * 1024 * 1024
 WRITTEN_BUDGET = 8 * 1024 * 1024
 # Only small objects are kept at all.
