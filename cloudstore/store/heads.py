@@ -219,9 +219,9 @@ class Heads:
 _Written = tuple[float, Object, Any]
 #: Bytes of heads remembered, per backend: part of ``cache.BOOKKEEPING_BUDGET``.  A head is charged its key
 #: and, where it is small enough to keep (``space.SEEN_OBJECT_MAX``), its object and parse, as ``Space``
-#: charges an object written (``space.written_charge``); a larger one (a holder of any length, up to ``REMOVED_MAX``
-#: removal records) keeps only when it was written.  It was 4,096 whole heads, by number: with long
-#: holders, hundreds of MiB (issue 44).
+#: charges an object written (``space.written_charge``); of a larger one (a holder of any length, up to
+#: ``REMOVED_MAX`` removal records) only when it was written is kept.  It was 4,096 whole heads, by number:
+#: with long holders, hundreds of MiB (issue 44).
 WRITTEN_BUDGET = 4 * 1024 * 1024
 
 
