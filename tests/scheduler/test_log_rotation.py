@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from proc_watch import stop
 from scheduler_rig import wait_for
 
 from cloudstore.protocol.client import ServeProcess
@@ -139,8 +139,7 @@ def test_a_runner_logs_to_its_file_rotated(tmp_path: Path) -> None:
             {"op": "job_count", "agent": agent, "place": "waiting"})["count"], 120, "every job to fire")
     finally:
         feeder.close()
-        runner.send_signal(signal.SIGTERM)
-        runner.wait(60)
+        stop(runner)
     assert runner.returncode == 0 and runner.stdout is not None and runner.stdout.read() == b""
     runner.stdout.close()
     assert not read_events(err), "the runner's events went to its file, none to stderr"
