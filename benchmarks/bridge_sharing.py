@@ -49,11 +49,16 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import cloudstore
-from cloudstore.bridge import SOCKET_NAME, BridgeClient
-from cloudstore.bridge.client import exchange
-from cloudstore.bridge.proof import new_key_hex
-from cloudstore.protocol.client import ServeProcess
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # proc_watch: not installed
+
+from proc_watch import children, fds, status  # noqa: E402
+
+import cloudstore  # noqa: E402
+from cloudstore.bridge import SOCKET_NAME, BridgeClient  # noqa: E402
+from cloudstore.bridge.client import exchange  # noqa: E402
+from cloudstore.bridge.proof import new_key_hex  # noqa: E402
+from cloudstore.protocol.client import ServeProcess  # noqa: E402
 
 MiB = 1024 * 1024
 CODE = os.path.dirname(os.path.dirname(os.path.abspath(cloudstore.__file__)))
@@ -67,34 +72,6 @@ if sys.argv[1:2] in (["serve"], ["call"]):  # a driver start (not "contract"): o
 from cloudstore.driver import main_bucket
 main_bucket()
 '''
-
-
-def status(pid: int, field: str) -> int:
-    """A number from /proc/PID/status (kB for memory fields); 0 once the process is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except (FileNotFoundError, ProcessLookupError):
-        return 0
-    return 0
-
-
-def children(pid: int) -> list[int]:
-    """The processes ``pid``'s threads started (its drivers)."""
-    found: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                found += [int(x) for x in f.read().split()]
-    except (FileNotFoundError, ProcessLookupError):
-        pass
-    return found
-
-
-def fds(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 class Sampler:

@@ -55,7 +55,7 @@ def one_run(shards: int, rate: float, claimers: int, seconds: float, seed: int) 
     rng = random.Random(seed)
     clock = Clock()
     limit = RateLimit("gcs-object", rate=1.0, burst=2.0, clock=clock)
-    pickers = [job_mark.ShardPicker(shards, clock=clock, rng=random.Random(rng.random()))
+    pickers = [job_mark.ShardPicker(shards, rng=random.Random(rng.random()))
                for _ in range(claimers + 1)]  # 0: the putter
     changes = []
     for i in range(int(seconds * rate)):

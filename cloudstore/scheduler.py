@@ -83,7 +83,8 @@ Requests go through a ``StoreClient`` (``request(dict) -> dict``): one
 ``<driver> serve`` process per runner for every agent without a bridge, or,
 for an agent configured with ``bridge`` and ``key_file``, its store bridge.
 
-Logs: one JSON object a line on stderr, a ``fired`` event per firing
+Logs: one JSON object a line on stderr (or, with ``log_file``, in that file,
+rotated by size: ``scheduling.log``), a ``fired`` event per firing
 ({"event", "owner", "agent", "job", "due", "started", "lateness_ms", "exit",
 "duration_ms", "runner", "recovered", "killed"}), ``started`` and, on
 SIGTERM/SIGINT (which stop claiming and wait for the fires under way; a
@@ -120,7 +121,7 @@ from .runtime.metrics.http import Exporter, export
 from .runtime.metrics.process import ProcessMetrics
 from .scheduling.config import ConfigError, Settings, load
 from .scheduling.fire import FireCommand
-from .scheduling.log import log
+from .scheduling.log import Lines, log, to_file
 from .scheduling.reach import Reach
 from .scheduling.runner import Runner, startup_problem
 from .scheduling.store_client import (
@@ -287,6 +288,19 @@ def startup_check(settings: Settings, runner: Runner) -> list[str]:
     return lines
 
 
+def log_to_file(settings: Settings) -> None:
+    """With ``log_file``: the runner's log lines, and its Python logging's, to that file, rotated by size."""
+    if settings.log_file is None:
+        return
+    try:
+        to_file(settings.log_file, settings.log_max_bytes, settings.log_backups)
+    except OSError as exc:
+        raise ConfigError(f"log_file {settings.log_file!r} cannot be written: {exc.strerror or exc}") from None
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler):
+            handler.setStream(Lines())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Lines of Python's logging (a module's warning) as JSON too, beside the events ``log`` writes itself.
     jsonlog.configure("lnk-cloud-scheduler", logging.WARNING, "%(message)s", json_format=True, capture_stderr=False)
@@ -294,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     clients: list[Counted] = []
     try:
         settings = load(argv)
+        log_to_file(settings)
         exporter = export(settings.metrics_port, settings.metrics_file,
                           process=ProcessMetrics(FORMAT, READS_FROM))
         reach = Reach()

@@ -1,5 +1,5 @@
 """The benchmarks still run: cloud_round_trips.py, gc_after_jobs.py, mark_shards.py, format_gate.py,
-bridge_sharing.py and scheduler_pauses.py at tiny settings.
+bridge_sharing.py, scheduler_pauses.py and agent_memory.py at tiny settings.
 
 Figures are not checked (these machines are noisy), only that the run ends
 well and prints a row for every figure on both backends.
@@ -120,3 +120,13 @@ def test_scheduler_pauses_prints_a_row_per_run():
     assert f"measuring {ROOT}/cloudstore " in done.stderr, done.stderr[-3000:]
     rows = [line.split(" | ")[:3] for line in done.stdout.splitlines() if line.startswith("| 3 s |")]
     assert rows == [["| 3 s", "0.05 s store", "4"], ["| 3 s", "no delay + 1 SIGSTOPs of lapse + 3 s", "5"]], done.stdout
+
+
+def test_agent_memory_prints_a_row_per_step():
+    # benchmarks/agent_memory.py at 300 agents on a folder store: a row at 0 and every 100 agents.
+    script = os.path.join(ROOT, "benchmarks", "agent_memory.py")
+    done = subprocess.run([sys.executable, script, "--agents", "300", "--every", "100"], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split("|")[1].strip() for line in done.stdout.splitlines() if line.startswith("| ")][1:]
+    assert rows == ["0", "100", "200", "300"], done.stdout

@@ -29,8 +29,8 @@ from several threads run side by side exactly as requests to that many
 ``serve`` processes on one store would, which is what the contract settles
 races between.  A service still packing after a reply is not answering, so
 up to ``concurrency`` more are made while others pack (``Engine``).  Each
-``Service`` remembers up to 64 MiB (cache.py), so a store's memory is
-bounded by 2 x ``concurrency`` x 64 MiB plus what calls hold.
+``Service`` remembers up to 80 MiB (``cache.MEMORY_BUDGET``), so a store's memory is
+bounded by 2 x ``concurrency`` x 80 MiB plus what calls hold.
 
 Settings other than the URL come from the environment, as the drivers read
 them (``AWS_ENDPOINT_URL_S3``, ``AWS_*`` credentials, ``STORAGE_EMULATOR_HOST``,

@@ -7,5 +7,5 @@
 * ``claim_leases``  the claim leases: taken, renewed while firing, fenced when unconfirmed.
 * ``fire``          running the operator's command for one job.
 * ``store_client``  the store seen from the runner: a pool of driver processes, or a bridge.
-* ``log``           one JSON object a line on stderr.
+* ``log``           one JSON object a line on stderr, or in a file rotated by size.
 """

@@ -41,6 +41,11 @@ checked by the same rule, named by the flag.
 and ``metrics_file`` export the runner's counters (one per event of its log,
 ``lnk_scheduler_events_total``) and its own drivers' (``cloudstore.runtime.metrics``)
 in the Prometheus text format.
+
+``log_file`` sends the runner's own log lines to that file instead of stderr,
+rotated by size: at most ``log_max_bytes`` a file (64 MiB by default, from
+4 KiB), ``log_backups`` old files kept (4 by default, 1 to 1,000), so the
+files hold at most ``(log_backups + 1) x log_max_bytes`` (``log.RotatingFile``).
 """
 
 from __future__ import annotations
@@ -81,6 +86,11 @@ from .store_client import Agent
 # hammer its store.  Each worker is a thread.
 DAY = 86400.0
 WORKERS_MAX = 1024
+#: A log file's size: at least a few lines, at most a TiB; and the old files kept.
+LOG_MAX_BYTES = 64 * 1024 * 1024
+LOG_BYTES_RANGE = (4096, 2**40)
+LOG_BACKUPS = 4
+LOG_BACKUPS_MAX = 1000
 
 
 def _not_job_var(name: str) -> str | None:
@@ -157,6 +167,9 @@ SCHEMA = Obj(
         "runner": Field(Str(forbid="\0")),
         "metrics_port": Field(Either((Str(extra=_listen), Int(0, 65535)))),
         "metrics_file": Field(FILE_PATH),
+        "log_file": Field(FILE_PATH),
+        "log_max_bytes": Field(Int(*LOG_BYTES_RANGE)),
+        "log_backups": Field(Int(1, LOG_BACKUPS_MAX)),
     }
 )
 
@@ -189,6 +202,9 @@ class Settings:
     runner: str = ""
     metrics_port: str | int | None = None  # PORT or "HOST:PORT": serve GET /metrics
     metrics_file: str | None = None  # rewrite the metrics text there every few seconds
+    log_file: str | None = None  # the runner's log there, rotated by size, instead of stderr
+    log_max_bytes: int = LOG_MAX_BYTES
+    log_backups: int = LOG_BACKUPS
 
 
 EPILOG = """\
@@ -200,7 +216,8 @@ key, a wrong type or an out-of-range number stops the runner at start-up):
    "fire": ["/usr/local/bin/fire-job"], "fire_env": {}, "fire_pass_env": [],
    "fire_timeout": 300, "lapse": 30, "poll_interval": 2, "max_sleep": 30,
    "workers": 4, "keep_ending": false, "runner": "host-a",
-   "metrics_port": 9465, "metrics_file": "/var/lib/lnk/scheduler.prom"}
+   "metrics_port": 9465, "metrics_file": "/var/lib/lnk/scheduler.prom",
+   "log_file": "/var/log/lnk/scheduler.log", "log_max_bytes": 67108864, "log_backups": 4}
 Flags add agents and environment entries to the file's and override the rest.
 An agent with "bridge" and "key_file" is reached through its store bridge
 (on the command line: --store-bridge SOCKET --key-file FILE for the --agent
@@ -221,7 +238,10 @@ fired system can refuse a superseded fire by LNK_JOB_FENCE).
 Idle, a runner sends about one store request a poll_interval whatever the
 number of agents; a job put on this machine wakes it at once (LNK_WAKE_DIR).
 Logs: one JSON object a line on stderr (its own drivers' too, unless driver_env
-sets LNK_LOG_FORMAT); nothing on stdout. Metrics (metrics_port, metrics_file):
+sets LNK_LOG_FORMAT); nothing on stdout. A fired job writes one line of about
+240 bytes plus its ids. log_file: the runner's own lines in that file instead,
+rotated by size (log_max_bytes a file, 64 MiB; log_backups old files, 4); the
+fire commands' output and the drivers' lines stay on stderr. Metrics (metrics_port, metrics_file):
 lnk_scheduler_events_total{event}, lnk_scheduler_requests_total{op}, the gauge
 lnk_scheduler_store_unreachable{agent,owner} (1 while an agent's store does not
 answer; retried with backoff), the drivers' lnk_store_* counters and latency
@@ -271,6 +291,14 @@ def parser() -> argparse.ArgumentParser:
                         "127.0.0.1; PORT 0: any free port, logged in a 'metrics' event)")
     p.add_argument("--metrics-file", metavar="PATH",
                    help="write the same text to PATH, replaced atomically every 5 s and at exit")
+    p.add_argument("--log-file", metavar="PATH",
+                   help="write the runner's own log lines to PATH instead of stderr, rotated by size")
+    p.add_argument("--log-max-bytes", type=int, metavar="N",
+                   help=f"with --log-file: rotate before a line would take the file past N bytes "
+                        f"(default {LOG_MAX_BYTES}; {LOG_BYTES_RANGE[0]} to {LOG_BYTES_RANGE[1]})")
+    p.add_argument("--log-backups", type=int, metavar="N",
+                   help=f"with --log-file: old files kept, PATH.1 the newest (default {LOG_BACKUPS}; "
+                        f"1 to {LOG_BACKUPS_MAX})")
     return p
 
 
@@ -347,6 +375,11 @@ def _load(args: argparse.Namespace) -> Settings:
         given = _flag(fields[key].spec, getattr(args, flag.lstrip("-").replace("-", "_")), flag)
         return given if given is not None else raw.get(key, default)
 
+    alone = [f"{key} ({flag})" for key, flag in (("log_max_bytes", "--log-max-bytes"), ("log_backups", "--log-backups"))
+             if key in raw or getattr(args, key) is not None]
+    if alone and pick("--log-file", "log_file", None) is None:
+        raise ConfigError(f"{' and '.join(alone)} shape the log file: give log_file (--log-file) too, "
+                          "or leave them out (the log is on stderr)")
     timing = Timing(
         lapse=pick("--lapse", "lapse", Timing.lapse),
         poll_interval=pick("--poll-interval", "poll_interval",
@@ -367,6 +400,9 @@ def _load(args: argparse.Namespace) -> Settings:
         runner=pick("--runner-id", "runner", None) or default_runner_id(),
         metrics_port=pick("--metrics-port", "metrics_port", None),
         metrics_file=pick("--metrics-file", "metrics_file", None),
+        log_file=pick("--log-file", "log_file", None),
+        log_max_bytes=pick("--log-max-bytes", "log_max_bytes", LOG_MAX_BYTES),
+        log_backups=pick("--log-backups", "log_backups", LOG_BACKUPS),
     )
     check(settings)
     return settings

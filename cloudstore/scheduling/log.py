@@ -1,8 +1,26 @@
-"""The scheduler's log: one JSON object a line on stderr, nothing on stdout.
+"""The scheduler's log: one JSON object a line, on stderr or in a file of its own; nothing on stdout.
 
 One writer for every thread (main loop, lease renewer, fire workers), so lines
-never interleave; each line is written and flushed whole, so a supervisor or
-a test reading the stream sees complete events even if the runner is killed.
+never interleave; each line is written whole in one ``write`` and flushed, so a
+supervisor or a test reading the stream sees complete events even if the
+runner is killed.
+
+Where it goes: stderr by default, which a supervisor keeps (journald under
+the systemd unit, the container runtime under Kubernetes: each rotates and
+bounds it, docs/scheduler.md "Logs").  With ``log_file`` (``to_file``) the
+runner's own lines go to that file instead, rotated by size as
+``logging.handlers.RotatingFileHandler`` does: before a line that would take
+the file past ``max_bytes`` it is renamed ``FILE.1`` (``FILE.1`` to
+``FILE.2``, and so on; the oldest past ``backups`` is deleted) and a new one
+begun.  So the files never hold more than ``(backups + 1) x max_bytes``, a
+line is never split between two files, and what is lost is only the oldest
+file's lines, whole.  A line that alone is longer than ``max_bytes`` is
+written alone into a fresh file.  The fire commands' output and the
+runner's drivers' lines are written by those processes to the descriptor
+they inherited (stderr) and stay there.
+
+A ``fired`` line is about 240 bytes plus the lengths of the owner, agent id,
+job id and runner id (docs/scheduler.md).
 
 Every event is also counted (``lnk_scheduler_events_total{event}``), so the
 runner's metrics export has one counter per kind of line of this log
@@ -11,7 +29,9 @@ without any other part of the scheduler knowing of metrics.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import sys
 import threading
 import time
@@ -25,18 +45,118 @@ EVENTS = counter("lnk_scheduler_events_total", "Events of the scheduler's log (f
                  "recovering, store_error, ...), by event.", ("event",))
 
 
+class RotatingFile:
+    """``path``, rotated by size: at most ``max_bytes`` a file, ``backups`` old files kept (``path.1`` newest).
+
+    Not thread-safe by itself: ``log`` writes under its lock.
+    """
+
+    def __init__(self, path: str, max_bytes: int, backups: int) -> None:
+        assert max_bytes > 0 and backups >= 1
+        self.path = path
+        self.max_bytes = max_bytes
+        self.backups = backups
+        self._fd = -1
+        self._size = 0
+        self._open()  # now: a file that cannot be made stops the runner at start-up (OSError)
+
+    def _open(self) -> None:
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o640)
+        self._size = os.fstat(self._fd).st_size
+
+    def write(self, data: bytes) -> None:
+        """One line (or lines) whole, in the current file or, past ``max_bytes``, a fresh one."""
+        if self._size and self._size + len(data) > self.max_bytes:
+            self.rotate()
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+            self._size += written
+
+    def rotate(self) -> None:
+        os.close(self._fd)
+        self._fd = -1
+        for n in range(self.backups - 1, 0, -1):
+            older = f"{self.path}.{n}"
+            if os.path.exists(older):
+                os.replace(older, f"{self.path}.{n + 1}")
+        if os.path.exists(self.path):
+            os.replace(self.path, f"{self.path}.1")
+        self._open()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+_file: RotatingFile | None = None
+
+
+def to_file(path: str, max_bytes: int, backups: int) -> None:
+    """From now on, the log's lines go to ``path``, rotated (see the module docstring); OSError when it cannot
+    be opened."""
+    global _file
+    made = RotatingFile(path, max_bytes, backups)
+    with _lock:
+        old, _file = _file, made
+    if old is not None:
+        old.close()
+
+
+def to_stderr() -> None:
+    """Back to stderr (the default), the file closed."""
+    global _file
+    with _lock:
+        old, _file = _file, None
+    if old is not None:
+        old.close()
+
+
+def _write(line: str) -> None:
+    """Write one line where the log goes; called under ``_lock``."""
+    if _file is not None:
+        try:
+            _file.write(line.encode("utf-8", "surrogatepass"))
+            return
+        except OSError as exc:  # a full disk, a folder gone: the line goes to stderr rather than nowhere
+            line = json.dumps({"event": "log_file_failed", "error": str(exc)}) + "\n" + line
+    try:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass  # stderr closed: nothing left to tell
+
+
 def log(event: str, **fields: Any) -> None:
-    """Write ``{"event": event, **fields, "at": <now>}`` as one line on stderr."""
+    """Write ``{"event": event, **fields, "at": <now>}`` as one line (stderr, or the log file)."""
     EVENTS.inc(event)
     record = {"event": event, **fields}
     record.setdefault("at", round(time.time(), 3))
     line = json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
     with _lock:
-        try:
-            sys.stderr.write(line)
-            sys.stderr.flush()
-        except (OSError, ValueError):
-            pass  # stderr closed: nothing left to tell
+        _write(line)
+
+
+class Lines(io.TextIOBase):
+    """A text stream whose whole lines go where the log goes: for the runner's Python logging handler, so its
+    lines (a module's warning, an uncaught exception) share the log file and its rotation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._buffer = ""
+
+    def write(self, text: str) -> int:
+        with _lock:
+            self._buffer += text
+            whole, newline, self._buffer = self._buffer.rpartition("\n")
+            if newline:
+                _write(whole + "\n")
+        return len(text)
+
+    def writable(self) -> bool:
+        return True
 
 
 def read_events(path: Path, name: str | None = None) -> list[dict[str, Any]]:

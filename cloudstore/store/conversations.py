@@ -76,7 +76,7 @@ HINT_EVERY = 64
 #: In the newest-first layout the hint moves on every this many events (a head write that often): a read
 #: fetches the blocks up to it beside the listing, and at most this many events' blocks after it.
 PREFETCH_HINT_EVERY = 512
-#: What a serve process keeps of conversations' latest events: part of cache.MEMORY_BUDGET.
+#: What a serve process keeps of conversations' latest events: part of cache.CACHE_BUDGET.
 RECENT_BUDGET = 16 * 1024 * 1024
 #: Rounds of reading again when an epoch dies under a read (a removal racing it).
 EPOCH_ROUNDS = 8

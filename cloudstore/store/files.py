@@ -425,7 +425,7 @@ class Files:
         was_clean = self._clean.pop(keys.base) is not None
         if (self._ledgers.get(keys.base) is not None and not was_clean) or self._marked.get(keys.base):
             return  # the ledger this process read already says an old key is there; or it was marked
-        self._marked.put(keys.base, True, 256)
+        self._marked.put(keys.base, True, len(keys.base))
         self.space.defer(lambda: self._mark_old(keys))
 
     def _mark_old(self, keys: AgentKeys) -> None:
@@ -569,9 +569,9 @@ class Files:
     def _keep(self, keys: AgentKeys, raw: bytes) -> Facts:
         record = json.loads(raw)
         facts: Facts = {k: (str(v[0]), bool(v[1]), str(v[2])) for k, v in record["before"].items()}
-        self._ledgers.put(keys.base, facts, len(raw) * 4)
+        self._ledgers.put(keys.base, facts, len(keys.base) + len(raw) * 4)
         if is_clean(record):
-            self._clean.put(keys.base, True, 256)
+            self._clean.put(keys.base, True, len(keys.base))
         return facts
 
     def _make_ledger(self, keys: AgentKeys) -> None:

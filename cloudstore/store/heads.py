@@ -61,8 +61,9 @@ from typing import Any, TypeGuard, TypeVar
 
 from ..generations import Object
 from . import stored
+from .cache import Bounded
 from .keys import EPOCH_DIGITS, SEQ_DIGITS, AgentKeys
-from .space import Space
+from .space import SEEN_OBJECT_MAX, Space, written_charge
 
 HEAD = "conversation head"
 #: The largest epoch a head may hold: its next one must still have a key (``keys.inverted``).
@@ -236,8 +237,8 @@ class Heads:
         fetches fewer blocks ahead, or lists a little further) and moves with
         the next one.
         """
-        last = _written_at(self.space).get(keys.lease(thread))
-        return last is None or monotonic() - last[0] >= HINT_GAP_SECONDS
+        last = _written_at(self.space).when(keys.lease(thread))
+        return last is None or monotonic() - last >= HINT_GAP_SECONDS
 
 
 #: Per backend (one SDK client, one process): when this process last wrote each head, by key, and what.
@@ -245,24 +246,47 @@ class Heads:
 #: starting from its own while another service moved the hint would spend a refused write (a token, on
 #: GCS) before reading: so every update of a head starts from the newest write any of them made.
 _Written = tuple[float, Object, Any]
-_WRITTEN: weakref.WeakKeyDictionary[Any, dict[str, _Written]] = weakref.WeakKeyDictionary()
-_WRITTEN_LOCK = threading.Lock()
-#: Heads remembered at most; the oldest are forgotten first (a forgotten head's hint is simply due).
-_WRITTEN_MAX = 4096
+#: Bytes of heads remembered, per backend: part of ``cache.BOOKKEEPING_BUDGET``.  A head is charged its key
+#: and, where it is small enough to keep (``space.SEEN_OBJECT_MAX``), its object and parse, as ``Space``
+#: charges an object written (``space.written_charge``); of a larger one (a holder of any length, up to
+#: ``REMOVED_MAX`` removal records) only when it was written is kept.  It was 4,096 whole heads, by number:
+#: with long holders, hundreds of MiB (issue 44).
+WRITTEN_BUDGET = 4 * 1024 * 1024
 
 
-class _Recent(dict[str, _Written]):
-    """Writes by key, at most ``_WRITTEN_MAX`` of them (insertion order: oldest first)."""
+class _Recent:
+    """Writes by key, the least recently used forgotten first past ``WRITTEN_BUDGET`` bytes.
+
+    Forgetting costs speed only: a head's hint is then due (``hint_due``), and an update starts
+    with a read instead of from the object written.
+    """
+
+    def __init__(self) -> None:
+        self._kept: Bounded[str, _Written | float] = Bounded(WRITTEN_BUDGET)
+
+    def get(self, key: str) -> _Written | None:
+        """The last write of ``key`` (when, the object, its value), if its object is kept."""
+        kept = self._kept.get(key)
+        return kept if isinstance(kept, tuple) else None
+
+    def when(self, key: str) -> float | None:
+        """When (``monotonic``) this process last wrote ``key``, if it remembers."""
+        kept = self._kept.get(key)
+        return kept[0] if isinstance(kept, tuple) else kept
 
     def __setitem__(self, key: str, value: _Written) -> None:
-        with _WRITTEN_LOCK:
-            self.pop(key, None)
-            super().__setitem__(key, value)
-            while len(self) > _WRITTEN_MAX:
-                self.pop(next(iter(self)))
+        at, obj, _ = value
+        if len(obj.data) <= SEEN_OBJECT_MAX:
+            self._kept.put(key, value, written_charge(key, obj))
+        else:
+            self._kept.put(key, at, len(key))
 
 
-def _written_at(space: Space) -> dict[str, _Written]:
+_WRITTEN: weakref.WeakKeyDictionary[Any, _Recent] = weakref.WeakKeyDictionary()
+_WRITTEN_LOCK = threading.Lock()
+
+
+def _written_at(space: Space) -> _Recent:
     backend = getattr(space.store, "backend", space.store)
     with _WRITTEN_LOCK:
         try:

@@ -102,8 +102,9 @@ def name_part(name: str) -> str:
     Short names are encoded once per process (``_short_part``): an append
     names its agent and thread three times, and encoding them each time was
     a tenth of the driver's own CPU per append (issue 26, case 7).  Longer
-    names, which may be large, are not kept."""
-    return _short_part(name) if len(name) <= INLINE_MAX else _part(name)
+    names are encoded each time: so what the cache holds has a bound in
+    bytes (``PARTS_KEPT`` names of at most ``SHORT_NAME_MAX`` characters)."""
+    return _short_part(name) if len(name) <= SHORT_NAME_MAX else _part(name)
 
 
 def _part(name: str) -> str:
@@ -111,7 +112,15 @@ def _part(name: str) -> str:
     return inline if len(inline) <= INLINE_MAX else _hashed(name)
 
 
-@functools.lru_cache(maxsize=4096)
+#: Names the encoding cache keeps (least recently used out), each of at most ``SHORT_NAME_MAX`` characters:
+#: a uuid, ``agent-`` or ``job:`` and a uuid.  At most about 490 bytes an entry (the name of 48 characters
+#: outside the BMP, its part, the cache's link), 1.9 MiB in all: part of ``cache.BOOKKEEPING_BUDGET``
+#: (tests/test_memory_bounds.py measures it).
+PARTS_KEPT = 4096
+SHORT_NAME_MAX = 48
+
+
+@functools.lru_cache(maxsize=PARTS_KEPT)
 def _short_part(name: str) -> str:
     return _part(name)
 

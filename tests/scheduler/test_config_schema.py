@@ -139,6 +139,14 @@ BAD_CONFIGS = [
     ({"fire": "no-such-fire-program-y --flag; true"}, "fire: 'no-such-fire-program-y' is not an executable file"),
     ({"fire": "FOO=1 exec ./not-here"}, "fire: './not-here' is not an executable file"),
     ({"fire": [__file__]}, f"fire: {__file__!r} is not an executable file"),  # no x bit
+    ({"log_file": ""}, "log_file: must be a non-empty string"),
+    ({"log_file": 5}, "log_file: must be a non-empty string, not 5"),
+    ({"log_file": "/l", "log_max_bytes": "64M"}, 'log_max_bytes: must be an integer from 4096 to 1099511627776, '
+                                                 'not "64M"'),
+    ({"log_file": "/l", "log_max_bytes": 100}, "log_max_bytes: must be an integer from 4096 to 1099511627776, not 100"),
+    ({"log_file": "/l", "log_max_bytes": 1e6}, "log_max_bytes: must be an integer"),
+    ({"log_file": "/l", "log_backups": 0}, "log_backups: must be an integer from 1 to 1000, not 0"),
+    ({"log_file": "/l", "log_backups": True}, "log_backups: must be an integer from 1 to 1000, not true"),
 ]
 
 
@@ -186,11 +194,29 @@ def test_fire_checked_in_a_real_start(tmp_path: Path) -> None:
     (["--fire-env", "LNK_JOB_ID=1"], "--fire-env LNK_JOB_ID: is set by the runner"),
     (["--fire-pass-env", "A=B"], "--fire-pass-env: must not hold '='"),
     (["--agent", "o:"], "--agent (its id): must be a non-empty string"),
+    (["--log-file", "/l", "--log-max-bytes", "10"], "--log-max-bytes: must be an integer from 4096"),
+    (["--log-file", "/l", "--log-backups", "1001"], "--log-backups: must be an integer from 1 to 1000"),
+    (["--log-file", ""], "--log-file: must be a non-empty string"),
+    (["--log-max-bytes", "8192"], "log_max_bytes (--log-max-bytes) shape the log file: give log_file"),
 ])
 def test_bad_flags_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], why: str) -> None:
     assert scheduler.main(["--config", write(tmp_path, GOOD), *flags]) == 2
     out, err = capsys.readouterr()
     assert out == "" and why in err and "Traceback" not in err
+
+
+def test_log_settings_alone_or_an_unwritable_log_file_exit_2(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """``log_max_bytes``/``log_backups`` without ``log_file`` say nothing: refused; a log file that cannot be
+    opened stops the runner at start-up, naming the setting and why, before any driver starts."""
+    for change, why in [
+        ({"log_backups": 2}, "log_backups (--log-backups) shape the log file: give log_file (--log-file) too"),
+        ({"log_file": str(tmp_path)}, f"log_file {str(tmp_path)!r} cannot be written: Is a directory"),
+        ({"log_file": str(tmp_path / "no" / "s.log")}, "cannot be written: No such file or directory"),
+    ]:
+        assert scheduler.main(["--config", write(tmp_path, {**GOOD, **change})]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and why in err and "Traceback" not in err, err
 
 
 def test_good_configs_still_load(tmp_path: Path) -> None:
@@ -221,6 +247,10 @@ def test_good_configs_still_load(tmp_path: Path) -> None:
         assert load(["--config", write(tmp_path, {**GOOD, "fire": line})]).fire == line
     s = load(["--config", write(tmp_path, {**GOOD, "keep_ending": False, "lapse": 0.5})])
     assert s.keep_ending is False and s.timing.lapse == 0.5
+    assert (s.log_file, s.log_max_bytes, s.log_backups) == (None, 64 * 1024 * 1024, 4)  # stderr; the defaults
+    s = load(["--config", write(tmp_path, {**GOOD, "log_file": "/var/log/s.log", "log_max_bytes": 4096}),
+              "--log-backups", "9"])
+    assert (s.log_file, s.log_max_bytes, s.log_backups) == ("/var/log/s.log", 4096, 9)
 
 
 def test_schema_paths() -> None:
