@@ -80,6 +80,10 @@ LATE_LOOK = 1.0
 #: A runner that said it is on this machine is believed here this long after (it says so every
 #: PRESENCE_EVERY): a runner killed without a word stops being one a few presences later.
 NEARBY_FOR = 2.5 * PRESENCE_EVERY
+#: The most runners remembered as nearby: presences come over a local socket any local user may
+#: reach (their senders are checked, but a runner of our user may be restarted without end), so
+#: what they leave is bounded by count as well as by ``NEARBY_FOR``; the oldest heard goes first.
+NEARBY_MAX = 1024
 GONE_FOR = 180.0  # an index entry refused as gone is left alone this long (the index drops it within GRACE)
 SWEEP_POLLS = 5  # sweep steps (one agent's firing listed) are at least this many poll intervals apart
 RETRY_MAX = 16.0  # seconds: the longest wait before the runner asks a failing store again (an outage)
@@ -391,8 +395,19 @@ class Runner:
                 else:
                     self.peers.saw(agent, presence.holder)
             answer = answer or presence.ask
+        self._forget_far()
         if answer:
             self._say_here()
+
+    def _forget_far(self) -> None:
+        """Drop runners not heard of for ``NEARBY_FOR`` (killed without a word: no longer counted on
+        anyway), and the oldest heard past ``NEARBY_MAX``: nothing here grows with uptime."""
+        now = time.monotonic()
+        for holder in [h for h, heard in self._nearby.items() if now - heard >= NEARBY_FOR]:
+            del self._nearby[holder]
+        if len(self._nearby) > NEARBY_MAX:
+            for holder, _ in sorted(self._nearby.items(), key=lambda item: item[1])[:len(self._nearby) - NEARBY_MAX]:
+                del self._nearby[holder]
 
     def _owned_nearby(self, agent: Agent, job: str, owner: str | None = None) -> bool:
         """Whether ``job``'s owner is another runner on this machine (it said so within

@@ -290,6 +290,24 @@ def test_a_nearby_runner_not_heard_of_for_a_while_is_not_counted_on() -> None:
     assert not r._owned_nearby(AGENT, "j", "B"), "killed without a word: its jobs are claimed as from elsewhere"
 
 
+def test_runners_heard_nearby_are_forgotten_once_far_and_never_past_the_most() -> None:
+    """Issue 44 (nothing grows with uptime): a runner restarted without end, each start a new holder
+    that never said it left, left one entry each in ``_nearby`` for good; now one not heard of for
+    ``NEARBY_FOR`` is dropped at the next presences heard, and no more than ``NEARBY_MAX`` are kept."""
+    from cloudstore.scheduling.runner import NEARBY_FOR, NEARBY_MAX
+
+    r, _, _ = runner("A")
+    listener = NamedNudges([], presences=[])
+    r.listener = listener  # type: ignore[assignment]
+    long_ago = time.monotonic() - NEARBY_FOR
+    r._nearby.update({f"killed-{i}": long_ago for i in range(500)})
+    listener.presences = [Presence(f"live-{i}", (("o", "elsewhere"),)) for i in range(NEARBY_MAX + 10)]
+    r._claim_named()
+    assert not any(h.startswith("killed-") for h in r._nearby), "runners not heard of for NEARBY_FOR are kept"
+    assert len(r._nearby) == NEARBY_MAX
+    assert "live-0" not in r._nearby and f"live-{NEARBY_MAX + 9}" in r._nearby, "the newest heard are kept"
+
+
 class FixedSource:
     """A source whose every poll shows the same jobs of one agent."""
 
