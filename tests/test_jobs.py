@@ -304,13 +304,30 @@ def test_lease_take_names_the_holder_only_for_the_schedulers_driver(store):
         assert refused["reply"] == "error" and "unknown op" in refused["error"]
         assert s("leases", lapse_ms=60_000)["leases"] == [], "a refused request must change nothing"
         take = {"thread": "job:j", "lapse_ms": 60_000}
-        assert s("lease_take", holder="r1", **take) == {"reply": "took", "took": "took", "holder": None}
-        assert s("lease_take", holder="r2", **take) == {"reply": "took", "took": "held", "holder": "r1"}
+
+        def fenced(reply: dict) -> tuple[dict, int | None]:
+            """The reply without its fence and held_ms (issue 44), and the fence: a store time in ms for a
+            lease it gave this holder, null when held by another."""
+            fence, held_ms = reply.pop("fence"), reply.pop("held_ms")
+            assert isinstance(held_ms, int) and held_ms >= 0, reply
+            if reply["took"] == "held":
+                assert fence is None, reply
+            else:
+                assert isinstance(fence, int) and fence > 0, reply
+            return reply, fence
+
+        first, f1 = fenced(s("lease_take", holder="r1", **take))
+        assert first == {"reply": "took", "took": "took", "holder": None}
+        assert fenced(s("lease_take", holder="r2", **take))[0] == {"reply": "took", "took": "held", "holder": "r1"}
         assert s("take", holder="r2", **take) == {"reply": "took", "took": "held"}, "the protocol's take is unchanged"
-        assert s("lease_take", holder="r1", **take) == {"reply": "took", "took": "took", "holder": None}
+        again, f2 = fenced(s("lease_take", holder="r1", **take))
+        assert again == {"reply": "took", "took": "took", "holder": None} and f2 == f1, "its own take keeps the fence"
+        assert f1 is not None
         s("end", thread="job:j", holder="r1")
-        assert s("lease_take", holder="r2", **take) == {"reply": "took", "took": "took", "holder": None}
+        other, f3 = fenced(s("lease_take", holder="r2", **take))
+        assert other == {"reply": "took", "took": "took", "holder": None}
+        assert f3 is not None and f3 > f1, "a new holder, a larger fence"
         lapsing = {"thread": "job:k", "lapse_ms": 0}
         assert s("lease_take", holder="r1", **lapsing)["took"] == "took"
-        assert s("lease_take", holder="r2", **lapsing) == {"reply": "took", "took": "lapsed", "holder": None}
+        assert fenced(s("lease_take", holder="r2", **lapsing))[0] == {"reply": "took", "took": "lapsed", "holder": None}
         assert s("lease_take", holder=5, **take)["reply"] == "error"

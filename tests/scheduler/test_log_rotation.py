@@ -41,7 +41,7 @@ from cloudstore.scheduling import log as schedlog
 from cloudstore.scheduling.log import Lines, log, read_events
 
 #: What a ``fired`` line holds beside its owner, agent id, job id and runner id (docs/scheduler.md, "Logs").
-FIRED_FIXED = 240
+FIRED_FIXED = 262  # 240, and the fire's fence (issue 44): `,"fence":` and 13 digits
 
 
 @pytest.fixture
