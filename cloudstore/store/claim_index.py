@@ -19,7 +19,13 @@ that puts the job in firing, and deleted *after* the record that takes it
 out.  A crash between the two leaves an entry whose record holds no firing
 job: ``entries`` reads the record of an entry older than ``GRACE`` (at most
 ``VERIFY_MAX`` a call, a live one not again for ``CONFIRMED_FOR``) and
-deletes it when no firing job is there; ``gc`` reclaims the rest.  A job put
+deletes it when no firing job is there; ``gc`` reclaims the rest.  A pause
+between the two (past ``GRACE``) is met as in the due index (due_index.py):
+the op whose record landed ``LATE`` or more after it began writing the entry
+writes it again (jobs.py), and a reader judges by the time before its read
+and deletes only the version it listed.  An entry written again is dated
+from then: a recovery tries that job's lease later than it might have, never
+sooner.  A job put
 in firing by a driver older than this index has no entry: the runner's slow
 per-agent sweep finds it (runner.py).
 
@@ -39,6 +45,7 @@ from .keys import AgentKeys, claim_entry, claim_record, claim_root, decode_part,
 from .space import Space
 
 GRACE = 60.0  # seconds: an entry this old whose record holds no firing job is a crash's leftover
+LATE = GRACE / 2  # seconds from an entry's write to its record's reply past which its op writes it again
 VERIFY_MAX = 8  # record reads at most per ``entries`` call
 
 

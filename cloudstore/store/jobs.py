@@ -21,6 +21,15 @@ deletes after ``GRACE``.  A change taking a job out of waiting writes the
 mark first too: the mark moves whenever waiting changed, crash or not (and
 sometimes when it did not, which the contract allows).
 
+A pause is not a crash: a process stopped between an index entry and the
+record (SIGSTOP, a VM stall, past ``GRACE``, its record write's time check
+passed) wakes and lands the record after another machine deleted the entry
+as a crash's leftover.  So an op whose record landed ``LATE`` or more after
+it began writing the entry writes the entry again before it answers
+(``_keep_entry``), whatever its own window says; due_index.py says why that
+and the readers' side close the gap.  A put that was not stopped sends no
+request more.
+
 A record is read back from a bucket other agents share, so it is believed
 only as far as its own key allows (stored.py): its jobs must be of its own
 id, and its waiting entry, the one key the driver deletes on a record's
@@ -38,9 +47,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
-from ..generations import Listed, NotFound, Object, PreconditionFailed, StoreError
+from ..generations import Listed, NotFound, Object, PreconditionFailed, StoreError, op_overtime
 from ..runtime import wake
-from . import job_mark, stored
+from . import claim_index, due_index, job_mark, stored
 from .claim_index import ClaimEntry, ClaimIndex
 from .due_index import DueEntry, DueIndex
 from .keys import AgentKeys, is_due_entry_of
@@ -59,6 +68,13 @@ RECORD = "job record"
 #: Seconds waited before each read of a record its claim found missing (``Jobs._read_late_record``):
 #: together over two round trips of a cloud, the rest of a put's writes after its due entry.
 LATE_RECORD_WAITS = (0.0, 0.05, 0.1, 0.2)
+#: Seconds an index entry's write again is given once a pause has spent the op's window (``_keep_entry``).
+AGAIN_SECONDS = 5.0
+
+
+def _began() -> tuple[float, float]:
+    """Now by both of this process's clocks: a pause that one of them misses (a VM stall) the other shows."""
+    return time.monotonic(), time.time()
 
 
 def _places(record: dict[str, Any] | None) -> dict[str, Any]:
@@ -263,6 +279,7 @@ class Jobs:
     def put(self, agent: Agent, place: str, job: dict[str, Any]) -> None:
         keys = self.space.keys(agent)
         entry = None
+        began = _began()  # before the index entry (``_keep_entry``)
         if place == WAITING:  # the entry, then the mark, then the record: see the module docstring
             entry = self.index.add(keys, job["id"], job["due"])
             self._bump_mark(agent)
@@ -284,10 +301,31 @@ class Jobs:
         except stored.Malformed:
             self.index.drop(entry)  # our own fresh entry (None outside waiting): no record will name it
             raise
+        self._keep_entry(began, keys, job["id"], place, entry)
         if place == WAITING:
             if old is not None:
                 self._drop(keys, job["id"], old)
             self.nudge(wake.encode_name(agent.wire(), job["id"], job["due"]))
+
+    def _keep_entry(self, began: tuple[float, float], keys: AgentKeys, job_id: str, place: str,
+                    entry: str | None) -> None:
+        """Once the record that put a job in ``place`` has landed: its index entry (``entry`` in the due
+        index for waiting, the claim index's for firing) written again when the op began writing it
+        ``LATE`` or more ago (``began``, by either clock), before the op answers.
+
+        A reader may have met the entry meanwhile, older than ``GRACE`` with no record naming it, and
+        deleted it as a crash's leftover; a reader meeting it after this reads the record.  Sent past the
+        op's window if need be (``op_overtime``): a pause that long has spent it, and an entry written
+        again is harmless whenever it lands (at worst a leftover, if the job has left the place since).
+        """
+        late = {WAITING: due_index.LATE, FIRING: claim_index.LATE}.get(place)
+        if late is None or max(now - then for now, then in zip(_began(), began, strict=True)) < late:
+            return
+        with op_overtime(AGAIN_SECONDS):
+            if place == WAITING and entry is not None:
+                self.index.again(entry)
+            elif place == FIRING:
+                self.claimed.add(keys, job_id)
 
     def _read_late_record(self, keys: AgentKeys, key: str) -> dict[str, Any] | None:
         """The record of a job whose due entry was listed but whose record was not there: read again
@@ -369,14 +407,16 @@ class Jobs:
             current = self.get(agent, source, job_id)
             if current is None:
                 return None
-            entry = self.index.add(keys, job_id, current["due"])
         elif source == WAITING:
             # Read first: a shift finding nothing in waiting (a claim a moment too late) answers
             # at once, without moving the mark; the update below starts from this read.
             record = self._read(keys, key, remember=True)
             if source not in _places(record):
                 return None
-        if target == FIRING:  # the claim-index entry before the record (claim_index.py)
+        began = _began()  # before the index entry (``_keep_entry``)
+        if current is not None:  # into waiting: the due entry, then the mark, then the record
+            entry = self.index.add(keys, job_id, current["due"])
+        elif target == FIRING:  # the claim-index entry before the record (claim_index.py)
             self.claimed.add(keys, job_id)
         if WAITING in (source, target):
             self._bump_mark(agent)
@@ -403,6 +443,7 @@ class Jobs:
                 return self.move(agent, job_id, source, target)
             return None
         moved, replaced = outcome
+        self._keep_entry(began, keys, job_id, target, entry)
         if source == WAITING:
             self._drop(keys, job_id, moved)
         if source == FIRING:  # out of firing: its claim-index entry goes after the record
@@ -492,6 +533,7 @@ class Jobs:
         # mark moves before waiting changes; claim_index.py's entry comes before the job enters firing).
         # Either alone, landed, is a leftover the readers tolerate: a mark moved for nothing, an entry
         # no record names.  (No order between them: recovery reads the index, pollers the mark.)
+        began = _began()  # before the claim-index entry (``_keep_entry``)
         self.space.at_once(*self._mark_writes(agent), lambda: self.claimed.add(keys, job_id))
 
         def change(record: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
@@ -509,6 +551,7 @@ class Jobs:
             if FIRING not in places:  # our own entry, for nothing
                 self.space.defer(lambda: self.claimed.drop(keys, job_id))
             return Claimed(took, None, None)
+        self._keep_entry(began, keys, job_id, FIRING, None)
         self.space.defer(lambda: self._drop(keys, job_id, moved))
         return Claimed(took, None, moved["job"], fence=fence)
 
