@@ -85,9 +85,9 @@ class World:
         return Machine(backend, answerer_on(RetryingStore(backend, policy), self.prefix, scheduler_ops=True))
 
     def pause_at(self, sleeper: Machine, matches: Callable[[Call], bool], meanwhile: Callable[[], Any],
-                 seconds: float = PAUSE) -> None:
+                 seconds: float = PAUSE, then: Fault = Fault.NONE) -> None:
         """Stop ``sleeper`` at its next request ``matches`` picks, its time check passed: the world's time
-        jumps by ``seconds``, ``meanwhile`` runs, then the request is sent."""
+        jumps by ``seconds``, ``meanwhile`` runs, then the request is sent (with the fault ``then``)."""
         stopped: list[Call] = []
 
         def plan(call: Call) -> Fault:
@@ -95,6 +95,7 @@ class World:
                 stopped.append(call)
                 self.sim.jump(seconds)
                 meanwhile()
+                return then
             return Fault.NONE
 
         sleeper.backend.plan = plan
@@ -162,6 +163,18 @@ def test_an_op_stopped_past_grace_before_its_record_leaves_the_job_indexed(world
     assert right(reply), reply
     assert b("job_get", place=place, id="j0")["job"] == JOB
     assert indexed(b, place), f"{case}: the job is in {place} without its index entry"
+
+
+@pytest.mark.parametrize(("place", "reader"), [("waiting", "job_next"), ("firing", "job_claims")])
+def test_a_record_landed_with_its_reply_lost_after_the_pause_keeps_the_entry_too(
+        world: World, place: str, reader: str) -> None:
+    """The record's write lands but its reply is lost, and the pause has spent the op's window: the op may not
+    try again and answers ``outcome unknown``.  Its record may have landed (it did): so its entry is kept too."""
+    a, b = world.machine("a"), world.machine("b")
+    world.pause_at(a, record_put, lambda: b.elsewhere(reader)(), then=Fault.LOSE_REPLY)
+    assert spent(a("job_put", place=place, job=JOB))
+    assert b("job_get", place=place, id="j0")["job"] == JOB
+    assert indexed(b, place), f"the job is in {place} without its index entry"
 
 
 @pytest.mark.parametrize(("place", "reader", "index"), [("waiting", "job_next", "_due/"),

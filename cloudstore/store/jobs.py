@@ -41,13 +41,14 @@ read for every agent, takes such a record for no waiting job at all.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-from ..generations import Listed, NotFound, Object, PreconditionFailed, StoreError, op_overtime
+from ..generations import Listed, NotFound, Object, PreconditionFailed, StoreError, StoreUnavailable, op_overtime
 from ..runtime import wake
 from . import claim_index, due_index, job_mark, stored
 from .claim_index import ClaimEntry, ClaimIndex
@@ -75,6 +76,18 @@ AGAIN_SECONDS = 5.0
 def _began() -> tuple[float, float]:
     """Now by both of this process's clocks: a pause that one of them misses (a VM stall) the other shows."""
     return time.monotonic(), time.time()
+
+
+class _Indexed(NamedTuple):
+    """An index entry an op wrote before the record that puts its job in ``place`` (``Jobs._keep_entry``):
+    when the op began writing it (``_began``), and which entry (``entry`` in the due index for waiting, the
+    claim index's of ``keys``' ``job_id`` for firing)."""
+
+    began: tuple[float, float]
+    keys: AgentKeys
+    job_id: str
+    place: str
+    entry: str | None = None
 
 
 def _places(record: dict[str, Any] | None) -> dict[str, Any]:
@@ -296,28 +309,28 @@ class Jobs:
 
         # A put is most often of a new job id: its record is created without a read first (a
         # record already there costs the refused create, then the usual read and write).
+        indexed = _Indexed(began, keys, job["id"], place, entry)
         try:
-            old = self._update(key, change, absent=True)
+            old = self._update(key, change, absent=True, indexed=indexed)
         except stored.Malformed:
             self.index.drop(entry)  # our own fresh entry (None outside waiting): no record will name it
             raise
-        self._keep_entry(began, keys, job["id"], place, entry)
+        self._keep_entry(indexed)
         if place == WAITING:
             if old is not None:
                 self._drop(keys, job["id"], old)
             self.nudge(wake.encode_name(agent.wire(), job["id"], job["due"]))
 
-    def _keep_entry(self, began: tuple[float, float], keys: AgentKeys, job_id: str, place: str,
-                    entry: str | None) -> None:
-        """Once the record that put a job in ``place`` has landed: its index entry (``entry`` in the due
-        index for waiting, the claim index's for firing) written again when the op began writing it
-        ``LATE`` or more ago (``began``, by either clock), before the op answers.
+    def _keep_entry(self, indexed: _Indexed) -> None:
+        """Once the record that puts a job in a place has landed (or may have): its index entry written
+        again when the op began writing it ``LATE`` or more ago (by either clock), before the op answers.
 
         A reader may have met the entry meanwhile, older than ``GRACE`` with no record naming it, and
         deleted it as a crash's leftover; a reader meeting it after this reads the record.  Sent past the
         op's window if need be (``op_overtime``): a pause that long has spent it, and an entry written
         again is harmless whenever it lands (at worst a leftover, if the job has left the place since).
         """
+        began, keys, job_id, place, entry = indexed
         late = {WAITING: due_index.LATE, FIRING: claim_index.LATE}.get(place)
         if late is None or max(now - then for now, then in zip(_began(), began, strict=True)) < late:
             return
@@ -351,10 +364,22 @@ class Jobs:
             _, record = self.space.get_json(key, remember=remember)
         return checked(keys, key, record)
 
-    def _update(self, key: str, change: Callable[[Any], tuple[Any, T]], absent: bool = False) -> T:
-        """``Space.update`` of a job record (from memory first); one that is no JSON is ``Malformed``."""
+    def _update(self, key: str, change: Callable[[Any], tuple[Any, T]], absent: bool = False,
+                indexed: _Indexed | None = None) -> T:
+        """``Space.update`` of a job record (from memory first); one that is no JSON is ``Malformed``.
+
+        With ``indexed`` (the op wrote the job's index entry first), a write the op gives up on though it
+        may have landed (``outcome unknown``: a reply lost, then the window spent by a pause) keeps the
+        entry as a landed one does (``_keep_entry``), and the error stands.
+        """
         with stored.parsing(RECORD):
-            return self.space.update(key, change, cached=True, absent=absent)
+            try:
+                return self.space.update(key, change, cached=True, absent=absent)
+            except StoreUnavailable as exc:
+                if indexed is not None and exc.outcome_unknown:
+                    with contextlib.suppress(StoreError):
+                        self._keep_entry(indexed)
+                raise
 
     def get(self, agent: Agent, place: str, job_id: str) -> dict[str, Any] | None:
         keys = self.space.keys(agent)
@@ -432,8 +457,9 @@ class Jobs:
             places[target] = {"job": moved["job"], "entry": entry} if entry else {"job": moved["job"]}
             return {"places": places}, (moved, replaced)
 
+        indexed = _Indexed(began, keys, job_id, target, entry)
         try:
-            outcome = self._update(key, change)
+            outcome = self._update(key, change, indexed=indexed)
         except stored.Malformed:
             self.index.drop(entry)  # our own fresh entry, if any: no record names it
             raise
@@ -443,7 +469,7 @@ class Jobs:
                 return self.move(agent, job_id, source, target)
             return None
         moved, replaced = outcome
-        self._keep_entry(began, keys, job_id, target, entry)
+        self._keep_entry(indexed)
         if source == WAITING:
             self._drop(keys, job_id, moved)
         if source == FIRING:  # out of firing: its claim-index entry goes after the record
@@ -545,13 +571,14 @@ class Jobs:
             places[FIRING] = {"job": moved["job"]}
             return {"places": places}, moved
 
-        moved = self._update(key, change)
+        indexed = _Indexed(began, keys, job_id, FIRING)
+        moved = self._update(key, change, indexed=indexed)
         if moved is None:
             self.space.defer(release)
             if FIRING not in places:  # our own entry, for nothing
                 self.space.defer(lambda: self.claimed.drop(keys, job_id))
             return Claimed(took, None, None)
-        self._keep_entry(began, keys, job_id, FIRING, None)
+        self._keep_entry(indexed)
         self.space.defer(lambda: self._drop(keys, job_id, moved))
         return Claimed(took, None, moved["job"], fence=fence)
 
