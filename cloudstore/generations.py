@@ -395,6 +395,27 @@ def op_deadline(seconds: float) -> Iterator[None]:
         _op_deadline.reset(token)
 
 
+@contextlib.contextmanager
+def op_overtime(seconds: float) -> Iterator[None]:
+    """The requests inside may be sent until ``seconds`` from now, though the op's window be spent.
+
+    Only for a write the op owes the store after a pause took its time (an
+    index entry its record already names, jobs.py), which is harmless
+    whenever it lands: left unsent, the op would answer ``outcome unknown``
+    over a change it made whole, and leave it broken.  The window is never
+    shortened: what is left of it, if more, still holds.
+    """
+    ends = _op_deadline.get()
+    if ends is None:
+        yield
+        return
+    token = _op_deadline.set(max(ends, _now() + seconds))
+    try:
+        yield
+    finally:
+        _op_deadline.reset(token)
+
+
 def op_time_left() -> float | None:
     """Seconds left of the op's window (negative once spent), or None outside any op window."""
     ends = _op_deadline.get()

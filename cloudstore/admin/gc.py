@@ -17,8 +17,9 @@ What it may delete (nothing else, ever):
   moment before.
 * **Due-index entries no job record names**, older than ``due_index.GRACE``
   (what ``job_next`` itself deletes when it meets one first in line).  Each
-  entry key carries a fresh nonce, is written once and never again, so a
-  delete at its listed version can only remove that write.
+  entry key carries a fresh nonce and is written by one op only (once, or
+  once more by that op after a pause, once its record landed: jobs.py), so
+  a delete at its listed version can only remove the write judged dead.
 * **Leftovers of removed epochs** (removal.py).  A removal record in a head
   whose removal is older than ``removal.PURGE_AFTER_MS``: not yet fenced, gc
   fences it through the drivers' own roll-forward (a create, never a

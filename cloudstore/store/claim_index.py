@@ -10,18 +10,30 @@ The key is the job's own (no nonce, no sortable time), so the job record
 names nothing new: a record written by this driver reads the same to an older
 one, and whoever takes a job out of firing knows which key to delete from the
 agent and the id alone.  When the job entered firing is the listing's own
-timestamp of the entry (written when it entered, never rewritten while it
-stays): a claim lease taken then cannot lapse before ``lapse`` has passed
-since, so a runner needs to try a job's lease only from then on.
+timestamp of the entry (written when it entered, rewritten while it stays
+only by that op itself, after a pause: below): a claim lease taken then
+cannot lapse before ``lapse`` has passed since, so a runner needs to try a
+job's lease only from then on.
 
 Crash order, as the due index's: the entry is written *before* the record
 that puts the job in firing, and deleted *after* the record that takes it
 out.  A crash between the two leaves an entry whose record holds no firing
 job: ``entries`` reads the record of an entry older than ``GRACE`` (at most
 ``VERIFY_MAX`` a call, a live one not again for ``CONFIRMED_FOR``) and
-deletes it when no firing job is there; ``gc`` reclaims the rest.  A job put
-in firing by a driver older than this index has no entry: the runner's slow
-per-agent sweep finds it (runner.py).
+deletes it when no firing job is there; ``gc`` reclaims the rest.  A pause
+between the two (past ``GRACE``) is met as in the due index (due_index.py):
+the op whose record landed ``LATE`` or more after it began writing the entry
+writes it again (jobs.py), and a reader judges by the time before its read
+and deletes only the version it listed.  An entry written again is dated
+from then: a recovery tries that job's lease later than it might have, never
+sooner.  A job put in firing by a driver older than this index has no entry:
+the runner's slow per-agent sweep finds it (runner.py).  So does one whose
+entry a late ``drop`` took: the key being the job's own, the delete of an
+op that took the job out of firing (a finish, a remove, a shift, a claim
+that lost), stopped before it was sent while the same id was put back and
+claimed into firing again, takes the new claim's entry.  Left so: it needs
+a pause across a whole new put and claim of that id, and costs only the
+fast recovery of that one job.
 
 A key this layout did not write is foreign garbage: passed over by every
 reader, shown by ``inspect``, reclaimed by ``gc``; never an error.
@@ -39,6 +51,7 @@ from .keys import AgentKeys, claim_entry, claim_record, claim_root, decode_part,
 from .space import Space
 
 GRACE = 60.0  # seconds: an entry this old whose record holds no firing job is a crash's leftover
+LATE = GRACE / 2  # seconds from an entry's write to its record's reply past which its op writes it again
 VERIFY_MAX = 8  # record reads at most per ``entries`` call
 
 

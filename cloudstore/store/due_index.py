@@ -13,7 +13,7 @@ Never late, sometimes early:
 
 * An entry is written *before* the job record that names it, so a waiting
   job always has its entry.  The record keeps the entry's key (the nonce makes
-  it unique to that write), and whoever replaces or moves the record deletes
+  it unique to that op), and whoever replaces or moves the record deletes
   exactly that key, never someone else's.
 * A crash between the two leaves an entry no record names.  ``next`` finds it
   when it is first in line, and deletes it once older than ``GRACE`` seconds
@@ -22,6 +22,18 @@ Never late, sometimes early:
   Its age is judged in the store's time both ways (the listing's timestamp
   against the store's clock as this process knows it, clock.py), so a
   machine whose clock runs ahead cannot take a new entry for a stale one.
+* A process can also stop (SIGSTOP, a VM stall) for longer than ``GRACE``
+  between the two writes, its record write's time check passed: its entry
+  then looks like a crash's leftover and is deleted, and the record lands
+  after.  So both sides watch the time.  The putter, when the entry's write
+  and the record's reply are ``LATE`` apart or more, writes the entry again
+  (``again``; jobs.py): a reader that judges it after that reads the record.
+  A reader judges an entry by the time *before* it read the record, and
+  deletes it only at the version it listed (``_drop_listed``): a delete
+  judged before the putter woke, landing after it wrote the entry again,
+  fails.  (Not on a store that ignores a delete's version, fake-gcs-server:
+  there a reader stopped between its judgment and its delete for as long can
+  still take it; docs/design.md, known limits.)
 
 The index is shared by every agent of the store, so nothing in it is trusted
 beyond what its key may say.  A due becomes a key only within ``DUE_MAX``
@@ -36,17 +48,21 @@ from __future__ import annotations
 
 import re
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..generations import NotFound, Overwrite, new_nonce
+from ..generations import Listed, NotFound, Overwrite, PreconditionFailed, new_nonce
 from .confirmed import Confirmed
 from .keys import AgentKeys, decode_part, due_entry, due_record, due_root, is_hashed
 from .model import WAITING_DUE_RULE, RequestError, due_in_range
 from .space import Space
 
 GRACE = 60.0
+#: An op whose index entry's write and its record's reply are this far apart (seconds) may have met a reader
+#: that judged the entry a leftover meanwhile: it writes the entry again (the module's docstring).
+LATE = GRACE / 2
 LOOK = 16  # entries listed per round
 ROUNDS = 8  # rounds of stale entries deleted before answering
 VERIFY_MAX = 8  # record reads at most per ``entries`` call: a backlog of old entries costs no read storm
@@ -109,6 +125,10 @@ class DueIndex:
         self.space.store.put(key, b"", Overwrite())
         return key
 
+    def again(self, entry: str) -> None:
+        """Write an entry of this op's own anew (a new version), after its record landed late (``LATE``)."""
+        self.space.store.put(entry, b"", Overwrite())
+
     def drop(self, entry: str | None) -> None:
         """Delete one entry (its own key only); gone already is fine."""
         if entry:
@@ -144,13 +164,23 @@ class DueIndex:
                 reads += 1
                 _, record = self.space.get_json(self._record_key(item.key))
                 waiting = waiting_of(record)
-                if waiting is None or waiting.get("entry") != item.key:
-                    self.drop(item.key)
+                if waiting is not None and waiting.get("entry") == item.key:
+                    self._confirmed.add(item.key)
+                elif self._drop_listed(item):
                     continue
-                self._confirmed.add(item.key)
             found.append(entry)
         return found, len(listed) >= limit
 
+    def _drop_listed(self, item: Listed) -> bool:
+        """Delete a leftover only at the version listed; False when it was written again meanwhile (by its
+        own op, whose record landed late: the module's docstring), True when deleted or gone."""
+        try:
+            self.space.store.delete(item.key, item.version)
+        except PreconditionFailed:
+            return False
+        except NotFound:
+            pass
+        return True
 
     def _record_key(self, entry: str) -> str:
         return due_record(self.space.root, entry)
@@ -174,6 +204,7 @@ class DueIndex:
                 entry = parse_entry(item.key[len(self.root):])
                 if entry is None:
                     continue
+                read = time.time()
                 _, record = self.space.get_json(self._record_key(item.key))
                 waiting = waiting_of(record)
                 if waiting is not None and waiting.get("entry") == item.key:
@@ -181,9 +212,10 @@ class DueIndex:
                     if due_in_range(due):
                         return due
                     continue  # a record no validated write made: garbage, passed over
-                if self.space.store.clock.earliest() - item.modified < GRACE:
-                    return entry.due
-                self.drop(item.key)
+                # Its age as of the read (a pause since then must not make it old), in the store's time.
+                read_at = self.space.store.clock.earliest() - max(0.0, time.time() - read)
+                if read_at - item.modified < GRACE or not self._drop_listed(item):
+                    return entry.due  # new, or written again since it was listed: answered as is
                 dropped = True
             if len(listed) < look:
                 return None

@@ -21,6 +21,15 @@ deletes after ``GRACE``.  A change taking a job out of waiting writes the
 mark first too: the mark moves whenever waiting changed, crash or not (and
 sometimes when it did not, which the contract allows).
 
+A pause is not a crash: a process stopped between an index entry and the
+record (SIGSTOP, a VM stall, past ``GRACE``, its record write's time check
+passed) wakes and lands the record after another machine deleted the entry
+as a crash's leftover.  So an op whose record landed ``LATE`` or more after
+it began writing the entry writes the entry again before it answers
+(``_keep_entry``), whatever its own window says; due_index.py says why that
+and the readers' side close the gap.  A put that was not stopped sends no
+request more.
+
 A record is read back from a bucket other agents share, so it is believed
 only as far as its own key allows (stored.py): its jobs must be of its own
 id, and its waiting entry, the one key the driver deletes on a record's
@@ -32,15 +41,16 @@ read for every agent, takes such a record for no waiting job at all.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-from ..generations import Listed, NotFound, Object, PreconditionFailed, StoreError
+from ..generations import Listed, NotFound, Object, PreconditionFailed, StoreError, StoreUnavailable, op_overtime
 from ..runtime import wake
-from . import job_mark, stored
+from . import claim_index, due_index, job_mark, stored
 from .claim_index import ClaimEntry, ClaimIndex
 from .due_index import DueEntry, DueIndex
 from .keys import AgentKeys, is_due_entry_of
@@ -59,6 +69,25 @@ RECORD = "job record"
 #: Seconds waited before each read of a record its claim found missing (``Jobs._read_late_record``):
 #: together over two round trips of a cloud, the rest of a put's writes after its due entry.
 LATE_RECORD_WAITS = (0.0, 0.05, 0.1, 0.2)
+#: Seconds an index entry's write again is given once a pause has spent the op's window (``_keep_entry``).
+AGAIN_SECONDS = 5.0
+
+
+def _began() -> tuple[float, float]:
+    """Now by both of this process's clocks: a pause that one of them misses (a VM stall) the other shows."""
+    return time.monotonic(), time.time()
+
+
+class _Indexed(NamedTuple):
+    """An index entry an op wrote before the record that puts its job in ``place`` (``Jobs._keep_entry``):
+    when the op began writing it (``_began``), and which entry (``entry`` in the due index for waiting, the
+    claim index's of ``keys``' ``job_id`` for firing)."""
+
+    began: tuple[float, float]
+    keys: AgentKeys
+    job_id: str
+    place: str
+    entry: str | None = None
 
 
 def _places(record: dict[str, Any] | None) -> dict[str, Any]:
@@ -263,6 +292,7 @@ class Jobs:
     def put(self, agent: Agent, place: str, job: dict[str, Any]) -> None:
         keys = self.space.keys(agent)
         entry = None
+        began = _began()  # before the index entry (``_keep_entry``)
         if place == WAITING:  # the entry, then the mark, then the record: see the module docstring
             entry = self.index.add(keys, job["id"], job["due"])
             self._bump_mark(agent)
@@ -279,15 +309,36 @@ class Jobs:
 
         # A put is most often of a new job id: its record is created without a read first (a
         # record already there costs the refused create, then the usual read and write).
+        indexed = _Indexed(began, keys, job["id"], place, entry)
         try:
-            old = self._update(key, change, absent=True)
+            old = self._update(key, change, absent=True, indexed=indexed)
         except stored.Malformed:
             self.index.drop(entry)  # our own fresh entry (None outside waiting): no record will name it
             raise
+        self._keep_entry(indexed)
         if place == WAITING:
             if old is not None:
                 self._drop(keys, job["id"], old)
             self.nudge(wake.encode_name(agent.wire(), job["id"], job["due"]))
+
+    def _keep_entry(self, indexed: _Indexed) -> None:
+        """Once the record that puts a job in a place has landed (or may have): its index entry written
+        again when the op began writing it ``LATE`` or more ago (by either clock), before the op answers.
+
+        A reader may have met the entry meanwhile, older than ``GRACE`` with no record naming it, and
+        deleted it as a crash's leftover; a reader meeting it after this reads the record.  Sent past the
+        op's window if need be (``op_overtime``): a pause that long has spent it, and an entry written
+        again is harmless whenever it lands (at worst a leftover, if the job has left the place since).
+        """
+        began, keys, job_id, place, entry = indexed
+        late = {WAITING: due_index.LATE, FIRING: claim_index.LATE}.get(place)
+        if late is None or max(now - then for now, then in zip(_began(), began, strict=True)) < late:
+            return
+        with op_overtime(AGAIN_SECONDS):
+            if place == WAITING and entry is not None:
+                self.index.again(entry)
+            elif place == FIRING:
+                self.claimed.add(keys, job_id)
 
     def _read_late_record(self, keys: AgentKeys, key: str) -> dict[str, Any] | None:
         """The record of a job whose due entry was listed but whose record was not there: read again
@@ -313,10 +364,22 @@ class Jobs:
             _, record = self.space.get_json(key, remember=remember)
         return checked(keys, key, record)
 
-    def _update(self, key: str, change: Callable[[Any], tuple[Any, T]], absent: bool = False) -> T:
-        """``Space.update`` of a job record (from memory first); one that is no JSON is ``Malformed``."""
+    def _update(self, key: str, change: Callable[[Any], tuple[Any, T]], absent: bool = False,
+                indexed: _Indexed | None = None) -> T:
+        """``Space.update`` of a job record (from memory first); one that is no JSON is ``Malformed``.
+
+        With ``indexed`` (the op wrote the job's index entry first), a write the op gives up on though it
+        may have landed (``outcome unknown``: a reply lost, then the window spent by a pause) keeps the
+        entry as a landed one does (``_keep_entry``), and the error stands.
+        """
         with stored.parsing(RECORD):
-            return self.space.update(key, change, cached=True, absent=absent)
+            try:
+                return self.space.update(key, change, cached=True, absent=absent)
+            except StoreUnavailable as exc:
+                if indexed is not None and exc.outcome_unknown:
+                    with contextlib.suppress(StoreError):
+                        self._keep_entry(indexed)
+                raise
 
     def get(self, agent: Agent, place: str, job_id: str) -> dict[str, Any] | None:
         keys = self.space.keys(agent)
@@ -369,14 +432,16 @@ class Jobs:
             current = self.get(agent, source, job_id)
             if current is None:
                 return None
-            entry = self.index.add(keys, job_id, current["due"])
         elif source == WAITING:
             # Read first: a shift finding nothing in waiting (a claim a moment too late) answers
             # at once, without moving the mark; the update below starts from this read.
             record = self._read(keys, key, remember=True)
             if source not in _places(record):
                 return None
-        if target == FIRING:  # the claim-index entry before the record (claim_index.py)
+        began = _began()  # before the index entry (``_keep_entry``)
+        if current is not None:  # into waiting: the due entry, then the mark, then the record
+            entry = self.index.add(keys, job_id, current["due"])
+        elif target == FIRING:  # the claim-index entry before the record (claim_index.py)
             self.claimed.add(keys, job_id)
         if WAITING in (source, target):
             self._bump_mark(agent)
@@ -392,8 +457,9 @@ class Jobs:
             places[target] = {"job": moved["job"], "entry": entry} if entry else {"job": moved["job"]}
             return {"places": places}, (moved, replaced)
 
+        indexed = _Indexed(began, keys, job_id, target, entry)
         try:
-            outcome = self._update(key, change)
+            outcome = self._update(key, change, indexed=indexed)
         except stored.Malformed:
             self.index.drop(entry)  # our own fresh entry, if any: no record names it
             raise
@@ -403,6 +469,7 @@ class Jobs:
                 return self.move(agent, job_id, source, target)
             return None
         moved, replaced = outcome
+        self._keep_entry(indexed)
         if source == WAITING:
             self._drop(keys, job_id, moved)
         if source == FIRING:  # out of firing: its claim-index entry goes after the record
@@ -492,6 +559,7 @@ class Jobs:
         # mark moves before waiting changes; claim_index.py's entry comes before the job enters firing).
         # Either alone, landed, is a leftover the readers tolerate: a mark moved for nothing, an entry
         # no record names.  (No order between them: recovery reads the index, pollers the mark.)
+        began = _began()  # before the claim-index entry (``_keep_entry``)
         self.space.at_once(*self._mark_writes(agent), lambda: self.claimed.add(keys, job_id))
 
         def change(record: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
@@ -503,12 +571,14 @@ class Jobs:
             places[FIRING] = {"job": moved["job"]}
             return {"places": places}, moved
 
-        moved = self._update(key, change)
+        indexed = _Indexed(began, keys, job_id, FIRING)
+        moved = self._update(key, change, indexed=indexed)
         if moved is None:
             self.space.defer(release)
             if FIRING not in places:  # our own entry, for nothing
                 self.space.defer(lambda: self.claimed.drop(keys, job_id))
             return Claimed(took, None, None)
+        self._keep_entry(indexed)
         self.space.defer(lambda: self._drop(keys, job_id, moved))
         return Claimed(took, None, moved["job"], fence=fence)
 

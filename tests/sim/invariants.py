@@ -33,6 +33,13 @@ jobs
                         not seen where only that shift could have moved it.
   jobs.next-not-late    at quiescence, job_next is not later than the soonest due of
                         any waiting job, and null only when none waits.
+  jobs.waiting-indexed  at quiescence, every waiting job is named in job_due (the
+                        runner's view of the due index) with a due not later than
+                        its own.
+                        Both leave out a job whose put, or a shift into waiting,
+                        had a write held in the network land after a jump of the
+                        store's time: past any grace, so after its entry may
+                        have been judged a leftover.
   jobs.mark-moves       job_mark differs across every acknowledged change of
                         waiting that came between two reads of it.
   jobs.mark-no-return   a mark value, once replaced, is never read again.
@@ -306,6 +313,7 @@ def check_jobs(h: History) -> list[Violation]:
                                  words_of(agent, where[0][1]["id"])))
     out.extend(_shift_own_move(h, puts))
     out.extend(_job_next(h))
+    out.extend(_waiting_indexed(h))
     for agent, on in group([op for op in h.ops if op.name.startswith("job_")], lambda o: o.agent).items():
         out.extend(_marks(on, agent))
     return out
@@ -332,10 +340,39 @@ def _shift_own_move(h: History, puts: dict[str, Op]) -> Iterator[Violation]:
                 break
 
 
-def _job_next(h: History) -> Iterator[Violation]:
+def _final_waiting(h: History) -> tuple[list[Op], list[tuple[Op, dict, Op]]]:
+    """The final reader's listings of waiting, and each job they show with the put that made it (the job's
+    spec carries that op's tag; the lister when none did), but a job a late write may have left unindexed:
+    one whose put, or a shift of its id into waiting, had a write land past a jump (``_landed_past_a_jump``)."""
     lists = [op for op in h.ops if op.machine == "final" and op.name == "job_list" and op.ok
              and op.arg("place") == "waiting"]
-    waiting = [job for op in lists for job in op.reply["jobs"]]
+    late = {(op.agent, op.arg("id")) for op in h.of("job_shift")
+            if op.arg("to") == "waiting" and _landed_past_a_jump(h, op)}
+    jobs = []
+    for lister in lists:
+        for job in lister.reply["jobs"]:
+            put = next((p for p in h.of("job_put") if p.arg("job")["spec"] == job["spec"]), lister)
+            if not (put is not lister and _landed_past_a_jump(h, put) or (lister.agent, job["id"]) in late):
+                jobs.append((lister, job, put))
+    return lists, jobs
+
+
+def _landed_past_a_jump(h: History, op: Op) -> bool:
+    """Whether a write of ``op`` held in the network (``land_late``) landed after a jump of the store's time
+    that came after ``op`` began: later than any grace an index gives a write in flight (due_index.GRACE), so
+    its entry may have been judged a leftover first, and no op can keep it then (an op that is told how its
+    writes went keeps it, jobs.py)."""
+    jumped = [step for step in h.jumps if step >= op.start]
+    held = {ev.key for ev in h.events if ev.kind == "call" and ev.machine == op.machine
+            and op.start <= ev.step <= op.end and ev.text.endswith("-> land_late")}
+    return bool(jumped) and any(ev.kind == "land" and ev.key in held and ev.step > jumped[0]
+                                and ev.text.startswith(f"late write of {op.machine}:")
+                                and ev.text.endswith("-> landed") for ev in h.events)
+
+
+def _job_next(h: History) -> Iterator[Violation]:
+    lists, jobs = _final_waiting(h)
+    waiting = [job for _, job, _ in jobs]
     soonest = min((job["due"] for job in waiting), default=None)
     for op in h.ops:
         if op.machine == "final" and op.name == "job_next" and op.ok and soonest is not None:
@@ -344,6 +381,19 @@ def _job_next(h: History) -> Iterator[Violation]:
                 ids = [j["id"] for j in waiting if j["due"] == soonest]
                 yield Violation("jobs.next-not-late", op, f"job_next is {got}, but a job waits with due {soonest} "
                                 f"({ids})", lists, ("_due/",))
+
+
+def _waiting_indexed(h: History) -> Iterator[Violation]:
+    """Every job the final reader lists in waiting (``_final_waiting``) is in the final ``job_due``: an entry of
+    its id, of an agent whose token ends with its agent's id (as keys spell it), due no later than it."""
+    dues = [op for op in h.ops if op.machine == "final" and op.name == "job_due" and op.ok]
+    named = [(e["agent"], e["job"], e["due"]) for op in dues for e in op.reply["due"]]
+    for lister, job, put in _final_waiting(h)[1] if dues else []:
+        if not any(agent.endswith(lister.agent) and name == job["id"] and due <= job["due"]
+                   for agent, name, due in named):
+            yield Violation("jobs.waiting-indexed", put, f"the job {job['id']} waits with due {job['due']}, but the "
+                            f"due index does not name it: job_next and the runners never see it", [lister, *dues],
+                            ("_due/", *words_of(lister.agent, job["id"])))
 
 
 def _marks(on: list[Op], agent: str) -> Iterator[Violation]:

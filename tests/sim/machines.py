@@ -157,15 +157,17 @@ def seeded(seed: int, sim: SimTime | None = None) -> Iterator[dict]:
             setattr(module, name, value)
 
 
-def answerer_on(store: RetryingStore, prefix: str, order: random.Random | None = None) -> Callable[[dict], dict]:
+def answerer_on(store: RetryingStore, prefix: str, order: random.Random | None = None,
+                scheduler_ops: bool = False) -> Callable[[dict], dict]:
     """The driver's request handler on ``store``: a request dict in, the reply as the wire carries it out.
 
     ``order`` picks which of two requests sent together goes first (SeededSidePool); without it, the side one.
+    With ``scheduler_ops`` it also answers the runner's own ops (``job_due``, ``job_claims``, ``job_claim``).
     """
     answerer = Answerer(BUCKET)
     beside = SerialPool() if order is None else SeededSidePool(order)
     space = Space(store, prefix, pool=SerialPool(), beside=beside)  # type: ignore[arg-type]
-    answerer.service = Service(space)
+    answerer.service = Service(space, scheduler_ops=scheduler_ops)
     answerer.service.space.deferred = []  # as the driver does: packing after the reply
 
     def answer(request: dict) -> dict:

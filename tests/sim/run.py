@@ -65,6 +65,7 @@ def final_requests(history: History) -> list[dict]:
                 ask("job_list", place=place)
             ask("job_mark")
     out.append({"op": "job_next", "agent": dict(AGENTS[0])})
+    out.append({"op": "job_due", "agent": dict(AGENTS[0]), "limit": 1000})  # the runner's view of the due index
     return out
 
 
@@ -97,7 +98,7 @@ def run_history(seed: int, backend: str, inner: Backend, prefix: str, knobs: Kno
             for t in threads:
                 t.join(timeout=30)
         sched.settle()
-        answer = answerer_on(RetryingStore(OwnClock(inner, "final", sim=sim), POLICY), prefix)
+        answer = answerer_on(RetryingStore(OwnClock(inner, "final", sim=sim), POLICY), prefix, scheduler_ops=True)
         for request in final_requests(history):
             sched.step += 1
             history.add("final", request, answer(request), sched.step, sched.step)

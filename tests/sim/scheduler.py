@@ -44,7 +44,10 @@ by their own seeded RNG (a seed's schedule is what it was until one comes):
 * a *long pause* of one machine (a SIGSTOP, a VM stall, a swap storm): it
   stops where it is (between ops, or at a gate, its request's time check
   passed: it is sent on waking); the others finish the ops they are in; the
-  time jumps; the others run for ``long_pause_steps`` while it stays stopped;
+  time jumps; the others run for ``long_pause_steps`` while it stays stopped.
+  The sleeper is a machine that believes it holds a lease or, half the time
+  when there is one, a machine stopped at a write (its op's earlier writes
+  in the store, the rest to land after the jump);
 * a *stall* of the store (the fault proxy's ``Stall``): the time jumps with
   every machine where it is, each gated request answered after it.
 
@@ -53,6 +56,9 @@ told so), the jump gives another machine, first thing, a take of that lease
 by the other holder at the half-hour lapse, and the believer, first thing,
 its renew and end: the takeover a pause allows, and what the sleeper must be
 told on waking (``lost``; an end that leaves the new holder's lease alone).
+Every machine but the sleeper is also given a ``job_next`` (after the take):
+the index's judgment of every entry the jump made old, a sleeper's included
+whose record is yet to land (``jobs.waiting-indexed`` judges what follows).
 """
 
 from __future__ import annotations
@@ -381,14 +387,19 @@ class Scheduler:
     # -- time faults (the module's docstring)
 
     def _time_fault(self, live: list[Slot]) -> bool:
-        """Whether this step starts a long pause (of a machine that believes it holds a lease) or a stall."""
+        """Whether this step starts a long pause (of a machine that believes it holds a lease, or of one
+        stopped at a write) or a stall."""
         knobs = self.knobs
         if len(self.history.jumps) >= knobs.jumps:
             return False
         draw = self.time_rng.random()
         believers = [s for s in live if s.work is not None and s.work.holds]
-        if draw < knobs.long_pause_rate and len(live) > 1 and believers:  # a pause that may cost a lease
-            self.sleeper = self.time_rng.choice(believers)
+        writers = [s for s in live if s.state == GATE and s.call is not None and s.call.is_write]
+        if draw < knobs.long_pause_rate and len(live) > 1 and (believers or writers):
+            # A pause that may cost a lease, or, as often, one where it hurts most: at a write whose time
+            # check passed, an op's earlier writes already in the store (an index entry before its record).
+            pick = writers if writers and (not believers or self.time_rng.random() < 0.5) else believers
+            self.sleeper = self.time_rng.choice(pick)
             self.history.events.append(Event(self.step, self.sleeper.name, "pause", "stops: a long pause begins"))
             return True
         if knobs.long_pause_rate <= draw < knobs.long_pause_rate + knobs.stall_rate:
@@ -428,6 +439,8 @@ class Scheduler:
             taker.work.contend(agent, thread, holder)
             believer.work.resume(agent, thread, holder)
             text += f"; {taker.name} will take {agent['id']}/{thread} from {holder}, {believer.name} renew and end it"
+        for other in (s for s in live if s is not sleeper and s.work is not None):
+            other.work.look()
         self.history.events.append(Event(self.step, sleeper.name if sleeper is not None else "-", "jump", text))
         if sleeper is not None:
             sleeper.paused_until = self.step + rng.randint(*self.knobs.long_pause_steps)

@@ -212,6 +212,11 @@ class Workload:
         self.queued.append({"op": "take", "agent": dict(agent), "thread": thread, "holder": other,
                             "lapse_ms": HALF_HOUR_LAPSE_MS})
 
+    def look(self) -> None:
+        """Send first a ``job_next``: it deletes, first in line, an entry older than the index's grace whose
+        record does not name it (a crash's leftover, or the entry of a put stopped before its record)."""
+        self.queued.append({"op": "job_next", "agent": dict(AGENTS[0])})
+
     def resume(self, agent: dict, thread: str, holder: str) -> None:
         """Send first the renew of a lease believed held, then its end: what a holder does on waking."""
         for op in ("renew", "end"):
