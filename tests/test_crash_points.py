@@ -473,8 +473,8 @@ def check_claim(p: Probe, mark_before: int, reply: Json | None) -> None:
     p.require(holder in (None, "runner-A"), f"the lease is held by {holder}")
     again = p.send({**CLAIM, "holder": "runner-B"})
     if holder == "runner-A":  # a runner killed mid-claim: its lease lapses, then recovery or a claim takes over
-        p.require(unfenced(p, again) == {"reply": "claimed", "job": None, "took": "held", "holder": "runner-A",
-                                         "recovered": False}, f"runner-B's claim answered {again}, not held by runner-A")
+        held = {"reply": "claimed", "job": None, "took": "held", "holder": "runner-A", "recovered": False}
+        p.require(unfenced(p, again) == held, f"runner-B's claim answered {again}, not held by runner-A")
         read_jobs(p, mark_before, ("waiting", job(DUE)), ("firing", job(DUE)), reply, when="after runner-B's claim: ")
     else:
         p.require(unfenced(p, again) == expected, f"runner-B's claim answered {again}, not the job")
