@@ -140,12 +140,19 @@ class Rig:
         lines = [json.loads(line) for line in self.record.read_text().splitlines()]
         return [r for r in lines if ev is None or r["ev"] == ev]
 
-    def stop_all(self) -> None:
-        """SIGTERM every runner still alive and wait: their 'stopped' events get written."""
+    def stop_all(self, hurry: bool = False) -> None:
+        """SIGTERM every runner still alive and wait: their 'stopped' events get written.  ``hurry``: a
+        second SIGTERM a moment later, which kills the fires under way instead of waiting for them (a
+        test whose fires sleep long has asserted what it needed by then)."""
         for r in self.runners:
             if r.proc.poll() is None:
                 r.proc.send_signal(signal.SIGCONT)  # one stopped (``pause``) would not see the SIGTERM
                 r.proc.send_signal(signal.SIGTERM)
+        if hurry:
+            time.sleep(0.5)  # the first signal handled: two at once would be one
+            for r in self.runners:
+                if r.proc.poll() is None:
+                    r.proc.send_signal(signal.SIGTERM)
         for r in self.runners:
             try:
                 r.proc.wait(15)

@@ -67,7 +67,7 @@ def paused_rig(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
         for r in rig.runners:
             if r.proc.poll() is None:
                 r.proc.send_signal(signal.SIGCONT)
-        rig.stop_all()
+        rig.stop_all(hurry=True)
         for r in rig.runners:
             assert r.proc.stdout is not None
             r.proc.stdout.close()
