@@ -385,6 +385,8 @@ class Runner:
             if presence.gone:
                 self._nearby.pop(presence.holder, None)
             else:
+                if presence.holder not in self._nearby:  # once a runner here (not each presence)
+                    log("heard_nearby", runner=self.holder, other=presence.holder)
                 self._nearby[presence.holder] = time.monotonic()
             for owner, agent_id in presence.agents:
                 agent = self._agents.get((owner, agent_id))

@@ -174,6 +174,10 @@ def test_runners_on_one_machine_leave_each_nudged_job_to_its_owner(limited: Limi
     for _ in range(3):
         rig.start_runner(poll_interval=0.5, workers=4)
     rig.wait_started(120)
+    # Each has heard the two others say they are here: before that a nudge is everyone's to claim (under
+    # load the presences came after the first puts, and two runners wrote a lease of a job the third fired).
+    wait_for(lambda: all(len({e["other"] for e in r.events("heard_nearby")}) >= 2 for r in rig.runners), 60,
+             "each runner to hear the others")
     jobs = [f"near{n}" for n in range(12)]
     for job in jobs:
         rig.put(AGENT, job, time.time())
