@@ -201,7 +201,7 @@ def test_the_protocol_doc_names_exactly_the_protocols_ops() -> None:
 # -- (f) the ops declared read-only write nothing
 
 
-#: Arguments for each read-only op, on the store ``_filled_store`` leaves.
+#: Arguments for each read-only op, on the store the test below fills first.
 READ_ARGS: dict[str, dict[str, object]] = {
     "read": {"thread": "t1"}, "last": {"thread": "t1"}, "threads": {}, "leases": {"lapse_ms": 60000},
     "job_get": {"place": "waiting", "id": "j1"}, "job_list": {"place": "waiting"},
