@@ -31,6 +31,11 @@ format release   what it added
                  ended lease keeps it (heads.py); format-3 and -4 drivers
                  read such heads as before and their writes only drop it,
                  which the next take's "now" covers: records say reader 3
+6      0.8.0     tails: a reader packs the single events after the last
+                 block of 32 at ``p<epoch>/<b>.0`` (packing.py), a name
+                 every release since 0.4.0 parses as a segment of the
+                 epoch (purged, collected and copied with its blocks) and
+                 none reads: records say reader 3
 ====== ========= ===========================================================
 
 A store with no record holds the legacy layouts (1 to 3, possibly mixed),
@@ -58,12 +63,12 @@ from .._version import __version__
 #: The object at the store's root holding the record.
 KEY = "_format"
 #: The store format this release writes.
-FORMAT = 5
+FORMAT = 6
 #: The least store format this release reads (the legacy layouts included).
 READS_FROM = 1
 #: Named features this release knows (none yet: every change so far raised the numbers).
 KNOWN_FEATURES: frozenset[str] = frozenset()
-#: What this release's own writes need of a reader and a writer: format-3 drivers read and write formats 4 and 5.
+#: What this release's own writes need of a reader and a writer: format-3 drivers read and write formats 4 to 6.
 NEEDS_READER = 3
 NEEDS_WRITER = 3
 

@@ -5,10 +5,12 @@ exactly one win.  ``seq`` must be last + 1: the writer checks that event
 ``seq - 1`` exists before creating ``seq``; events are never changed or
 removed one by one, so that check cannot be undone by anyone but ``remove``.
 
-Reading many events in few objects: every aligned block of 8, 16 ... 4,096
+Reading many events in few objects: every aligned block of 32, 64 ... 4,096
 events is also written packed (packing.py), by whoever appended its last
-event, after the reply when it runs as a driver; a read fetches a few whole
-blocks, all at once.  Finding the last number without a request per event:
+event, after the reply when it runs as a driver, and the events after the
+last block of 32 as a tail, by the first reader that fetched them one by
+one (packing.py, "Tails"); a read fetches a few whole blocks and the tail,
+all at once.  Finding the last number without a request per event:
 event keys sort newest first (keys.py), so the conversation's first key is
 its newest event; ``last`` reads the head and lists that one key at once,
 two requests in one round trip however long the conversation, and a read
@@ -412,11 +414,69 @@ class Conversations:
         pieces = cover(first, mem.last)
         at = EpochKeys(keys, thread, mem.epoch, mem.newest_first)
         usable = early.blocks if early is not None and early.epoch == mem.epoch and mem.newest_first else {}
-        events = self._gather(at, pieces, mem.recent, parse=True, early=usable)
-        if events is None:
+        after = packing.tail_boundary(mem.last)
+        singles = [p for p in pieces if p.size == 1 and p.end > after]  # a suffix of ``pieces``: cover's
+        tail = self._ask_tail(at, after, singles, mem.recent)
+        events = self._gather(at, pieces[:len(pieces) - len(singles)], mem.recent, parse=True, early=usable)
+        rest = None if events is None else self._tail_events(at, after, singles, mem.recent, tail)
+        if events is None or rest is None:
             self.memory.pop(keys.thread(thread))
             return None  # removed (and perhaps purged) while read: read the head again
+        events += rest
         return events[first - pieces[0].first:]
+
+    def _ask_tail(self, at: EpochKeys, after: int, singles: list[Piece],
+                  recent: dict[int, str]) -> Future[Object | None] | None:
+        """Ask for the tail after ``after`` (packing.py, "Tails") if a single event it may hold is not in memory.
+
+        Sent before the blocks are, so it travels in their round.
+        """
+        if not at.newest_first or all(p.end in recent for p in singles):
+            return None
+        return self.space.pool.submit(self.store.get, at.tail(after))
+
+    def _tail_events(self, at: EpochKeys, after: int, singles: list[Piece], recent: dict[int, str],
+                     asked: Future[Object | None] | None) -> list[Any] | None:
+        """The events of ``singles`` (the single events after the last block), parsed, in order.
+
+        From memory, then from the tail, then fetched one by one (a round
+        more, only for events the tail does not hold yet); None if one is
+        missing or a fence (the epoch died).  A reader that fetched any
+        writes the tail again once its reply is out, with every event after
+        ``after`` up to its last, when it holds them all.
+        """
+        if not singles:
+            return []
+        held = _tail_of(asked.result(), after) if asked is not None else {}
+        have: dict[int, Any] = {}
+        fetch: list[Piece] = []
+        for p in singles:
+            if p.end in recent:
+                have[p.end] = json.loads(recent[p.end])
+            elif p.end in held:
+                have[p.end] = held[p.end]
+            else:
+                fetch.append(p)
+        if fetch:
+            got = self._gather(at, fetch, {}, parse=True)
+            if got is None:
+                return None
+            have.update(zip((p.end for p in fetch), got, strict=True))
+            last = singles[-1].end
+            if asked is not None and all(s in have for s in range(after + 1, last + 1)):
+                run = [compact(have[s]) for s in range(after + 1, last + 1)]
+                self.space.defer(lambda: self._write_tail(at, after, run))
+        return [have[p.end] for p in singles]
+
+    def _write_tail(self, at: EpochKeys, after: int, run: list[str]) -> None:
+        """Write the tail after ``after``: a failure only leaves the next reader fetching singly."""
+        body = "[" + ",".join(run) + "]"
+        if len(body) > packing.TAIL_BYTES_MAX:
+            return
+        try:
+            self.store.put(at.tail(after), body.encode("ascii"), Overwrite())
+        except StoreError as exc:  # a read-only credential, a throttled bucket: the events are all stored
+            log.warning("the tail after event %d left for the next reader: %s", after, exc)
 
     def _gather(self, at: EpochKeys, pieces: list[Piece], recent: dict[int, str], parse: bool = False,
                 early: dict[Piece, Future[tuple[Object | None, Any]]] | None = None) -> list[Any] | None:
@@ -523,6 +583,23 @@ def _block(data: Any, piece: Piece) -> list[Any] | None:
         if not isinstance(event, dict) or event.get("seq") != seq or not stored.validate_int(event.get("seq")):
             return None
     return data
+
+
+def _tail_of(obj: Object | None, after: int) -> dict[int, Any]:
+    """A stored tail's events by number: only a run ``after+1, after+2, ...`` of events each with its
+    number, shorter than a block (packing.py, "Tails"); anything else is no tail (its events are fetched)."""
+    if obj is None:
+        return {}
+    try:
+        data = stored.loads(obj.data, EVENT)
+    except stored.Malformed:
+        return {}
+    if not isinstance(data, list) or not 0 < len(data) < packing.PACK_MIN:
+        return {}
+    for seq, event in enumerate(data, start=after + 1):
+        if not isinstance(event, dict) or event.get("seq") != seq or not stored.validate_int(event.get("seq")):
+            return {}
+    return dict(enumerate(data, start=after + 1))
 
 
 def _held(piece: Piece, recent: dict[int, str]) -> bool:

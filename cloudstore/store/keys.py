@@ -345,6 +345,16 @@ class EpochKeys:
     def segment(self, end: int, size: int) -> str:
         return self.agent.segment(self.thread, self.epoch, end, size, self.newest_first)
 
+    def tail(self, after: int) -> str:
+        """The tail after the packed block ending at ``after`` (packing.py, "Tails").
+
+        Named as a block of size 0 ending at ``after``: a name every release
+        since 0.4.0 parses as a segment of the epoch, so older drivers and
+        tools beside this one purge, collect and copy it with the epoch's
+        blocks, and none of them ever reads it (no cover names a size 0).
+        """
+        return self.segment(after, 0)
+
     def seq_of(self, key: str) -> int:
         """The number of one of this epoch's event keys."""
         found = conversation_key(key[len(self.agent.thread(self.thread)):])

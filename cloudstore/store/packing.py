@@ -31,6 +31,31 @@ after the last block, fetched at once beside it.  Blocks of 8 and 16 that
 earlier versions packed are not read (nothing names them); every block of
 32 and up they packed sits where this layout looks for it, with the same
 bytes.
+
+Tails (format 6, issue 45).  The events after the last whole block of 32
+are up to 31 single objects, and a fresh read fetched each: 1..1,000 was
+five blocks and eight events, fifteen requests with the head and the
+listing.  An appender cannot pack them without giving appends back (a tail
+written every 8 events would cost 1.14 requests an append).  So the first
+*reader* that had to fetch them one by one packs them, after its reply: the
+tail after block boundary ``b`` holds events ``b+1 .. k`` (``k`` what that
+reader read), at one name per boundary (``EpochKeys.tail``), overwritten by
+the next reader who saw more.  A later read asks for the tail beside its
+blocks, in the same round, and fetches singly only the events after ``k``
+(a third round, only when events came since the tail was written).  So a
+fresh read of 1..1,000 is the head, the listing, five blocks and the tail:
+eight requests in two rounds, and the last ten of 1,000 four.
+
+Why a tail cannot make a read wrong: every event in it was read from its
+single object, and events never change while their epoch lives (only
+``remove`` ends them, by a new epoch); a read uses a tail only of the epoch
+the listing found alive, only its events up to the listing's last number,
+and only if it is exactly a run ``b+1, b+2, ...`` of events each with its
+number (anything else is read as if there were no tail, and the reader
+writes a good one).  Two readers writing one tail at once write runs of
+the same events; either is right.  Tails are never deleted one by one: a
+block of 32 makes a tail unused, and ``remove`` purges it with the epoch's
+blocks (it is a segment, ``p<epoch>/<b>.0``, for every release since 0.4.0).
 """
 
 from __future__ import annotations
@@ -39,6 +64,14 @@ from dataclasses import dataclass
 
 PACK_MIN = 32
 PACK_MAX = 4096
+#: A tail is written only if its events' bytes are at most this: past it the bytes, not the requests,
+#: are a read's cost, and a reader's write should not be a large one.
+TAIL_BYTES_MAX = 1024 * 1024
+
+
+def tail_boundary(last: int) -> int:
+    """The boundary a tail ends the packed blocks at: the last multiple of PACK_MIN at or below ``last``."""
+    return last - last % PACK_MIN
 
 
 @dataclass(frozen=True)
