@@ -28,6 +28,8 @@ from cloudstore.settings import open_backend
 from cloudstore.store.keys import AgentKeys
 
 #: One op of every family that reads, and one that writes (each valid: only the record may refuse it).
+#: A store format no release has written yet: what a store of a release after this one asks.
+NEWER = store_format.FORMAT + 1
 READS = [("last", {"thread": "t"}), ("read", {"thread": "t"}), ("threads", {}), ("leases", {"lapse_ms": 1000}),
          ("job_list", {"place": "waiting"}), ("job_next", {}), ("job_mark", {}), ("file_read", {"path": "skills/a"}),
          ("file_list", {"folder": "skills"}), ("tools_list", {})]
@@ -89,7 +91,7 @@ def test_the_record_is_written_before_the_first_write_and_never_by_a_read(
 def test_a_newer_store_is_refused_and_nothing_is_changed(
         fleet: Callable[[str], Driver], store: StoreUnderTest, which: str) -> None:
     some_data(fleet(as_head()))
-    newer = {"reader": 6 if which == "reader" else 3, "writer": 6, "features": [], "by": "cloudstore 9.0.0"}
+    newer = {"reader": NEWER if which == "reader" else 3, "writer": NEWER, "features": [], "by": "cloudstore 9.0.0"}
     plant(store, json.dumps(newer).encode())
     before = agent_data(store)
     d = fleet(as_head())  # a fresh process: it reads the record before its first op
@@ -97,14 +99,14 @@ def test_a_newer_store_is_refused_and_nothing_is_changed(
         got = d(op, **args)
         if which == "reader":
             assert got["reply"] == "error", (op, got)
-            assert "needs a reader of store format 6" in got["error"] and "cloudstore 9.0.0" in got["error"]
+            assert f"needs a reader of store format {NEWER}" in got["error"] and "cloudstore 9.0.0" in got["error"]
             assert got["error"].endswith("nothing was changed"), got
         else:
             assert got["reply"] != "error", (op, got)  # reads are answered below the writer version
     for op, args in WRITES:
         got = d(op, **args)
         assert got["reply"] == "error", (op, got)
-        assert f"needs a {which} of store format 6" in got["error"], got
+        assert f"needs a {which} of store format {NEWER}" in got["error"], got
         assert got["error"].endswith("nothing was changed"), got
     assert agent_data(store) == before
     assert record_of(store) == newer  # never lowered by an older release
@@ -157,9 +159,9 @@ def test_the_admin_tool_shows_refuses_and_lowers_only_where_proved(fleet: Callab
     refused = admin(as_head(), store, "format", store.url, "--lower", "2")
     assert refused.returncode == 1 and "layout 3" in refused.stderr, refused.stderr
     assert admin(as_head(), store, "format", store.url, "--lower", "3").returncode == 0
-    plant(store, json.dumps({"reader": 6, "writer": 6}).encode())
+    plant(store, json.dumps({"reader": NEWER, "writer": NEWER}).encode())
     newer = admin(as_head(), store, "inspect", store.url)
-    assert newer.returncode == 1 and "needs a reader of store format 6" in newer.stderr, newer.stderr
+    assert newer.returncode == 1 and f"needs a reader of store format {NEWER}" in newer.stderr, newer.stderr
     assert admin(as_head(), store, "format", store.url).returncode == 0  # it shows a store it must not read
 
 
@@ -174,6 +176,7 @@ def test_a_release_says_its_version_and_store_formats() -> None:
     before = [printed[r] for r in rel.releases() if rel.releases()[r].format < 4]
     assert set(before) == {"lnk-bucket-store 0.3.0"}  # the fact the matrix names them by commit for
     assert printed["0.6.0"] == "lnk-bucket-store 0.6.0 (store format 4; reads formats 1 to 4)"
+    assert printed["0.7.0"] == "lnk-bucket-store 0.7.0 (store format 5; reads formats 1 to 5)"
     assert printed[as_head()] == (f"lnk-bucket-store {cloudstore.__version__} (store format {store_format.FORMAT}; "
                                   f"reads formats {store_format.READS_FROM} to {store_format.FORMAT})")
     assert printed[as_head()] not in old
@@ -188,9 +191,9 @@ def test_a_newer_store_is_named_as_such_where_its_objects_fail_a_read(fleet: Cal
     some_data(fleet(as_head()))
     with raw(store) as (s, root):
         file_key = AgentKeys(root, agent["owner"], agent["id"]).file("skills/a")
-        s.put(file_key, b"\x00 a body of format 6 \xff", Overwrite())
+        s.put(file_key, b"\x00 a body of a newer format \xff", Overwrite())
     d = fleet(as_head())
     assert d("file_read", path="skills/a")["reply"] == "error"  # a malformed object, as before
-    plant(store, json.dumps({"reader": 6, "writer": 6, "by": "cloudstore 9.0.0"}).encode())
+    plant(store, json.dumps({"reader": NEWER, "writer": NEWER, "by": "cloudstore 9.0.0"}).encode())
     got = fleet(as_head())("file_read", path="skills/a")
-    assert got["reply"] == "error" and "needs a reader of store format 6" in got["error"], got
+    assert got["reply"] == "error" and f"needs a reader of store format {NEWER}" in got["error"], got
