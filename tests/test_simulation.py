@@ -127,7 +127,7 @@ def takeovers(outcome: Any) -> list[tuple[Any, Any]]:
     return out
 
 
-SLEEPERS = range(4401, 4413)  # seeds whose long pauses, at PAUSES, cost a sleeper its lease (below)
+SLEEPERS = range(4425, 4437)  # seeds whose long pauses, at PAUSES, cost a sleeper its lease (below)
 
 
 def test_a_long_pause_lets_another_take_the_lease_and_the_sleeper_is_told(tmp_path: Any,
