@@ -577,12 +577,15 @@ def _block(data: Any, piece: Piece) -> list[Any] | None:
             data = stored.loads(data, EVENT)
         except stored.Malformed:
             return None
-    if not isinstance(data, list) or len(data) != piece.size:
+    if not isinstance(data, list) or len(data) != piece.size or not _is_run(data, piece.first):
         return None
-    for seq, event in enumerate(data, start=piece.first):
-        if not isinstance(event, dict) or event.get("seq") != seq or not stored.validate_int(event.get("seq")):
-            return None
     return data
+
+
+def _is_run(events: list[Any], first: int) -> bool:
+    """Whether ``events`` are JSON objects numbered ``first``, ``first + 1``, ... (a block's, a tail's)."""
+    return all(isinstance(event, dict) and event.get("seq") == seq and stored.validate_int(event.get("seq"))
+               for seq, event in enumerate(events, start=first))
 
 
 def _tail_of(obj: Object | None, after: int) -> dict[int, Any]:
@@ -594,11 +597,8 @@ def _tail_of(obj: Object | None, after: int) -> dict[int, Any]:
         data = stored.loads(obj.data, EVENT)
     except stored.Malformed:
         return {}
-    if not isinstance(data, list) or not 0 < len(data) < packing.PACK_MIN:
+    if not isinstance(data, list) or not 0 < len(data) < packing.PACK_MIN or not _is_run(data, after + 1):
         return {}
-    for seq, event in enumerate(data, start=after + 1):
-        if not isinstance(event, dict) or event.get("seq") != seq or not stored.validate_int(event.get("seq")):
-            return {}
     return dict(enumerate(data, start=after + 1))
 
 
