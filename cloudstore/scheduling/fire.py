@@ -127,10 +127,20 @@ class FireWatcher:
         )
         self._pipe = self._proc.stdin
 
+    def ready(self) -> None:
+        """Start the watcher now if it is not running: before a command starts, so that registering the
+        command's group right after is one pipe write, never a process start (under load the start took
+        long enough for a runner killed meanwhile to leave the group unregistered and running)."""
+        with self._lock:
+            self._alive()
+
+    def _alive(self) -> None:
+        if self._pipe is None or (self._proc is not None and self._proc.poll() is not None):
+            self._start()
+
     def _send(self, line: str) -> None:
         with self._lock:
-            if self._pipe is None or (self._proc is not None and self._proc.poll() is not None):
-                self._start()
+            self._alive()
             try:
                 self._pipe.write(line.encode("ascii"))
                 self._pipe.flush()
@@ -271,6 +281,10 @@ class FireCommand:
         started, clock = time.time(), time.monotonic()
         if why is not None:
             return FireResult(started, None, 0.0, why, f"not started: the claim was {why}", ran=False)
+        try:
+            WATCHER.ready()
+        except OSError:
+            pass  # no watcher (cannot start a process): the parent-death signal still covers the command
         try:
             proc = subprocess.Popen(
                 self.argv,

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from scheduler_rig import FIRE, wait_for
 
+import cloudstore.scheduling.fire as fire_module
 from cloudstore.protocol.client import ServeProcess
 from cloudstore.scheduling.config import ConfigError, load
 from cloudstore.scheduling.fire import FireCommand
@@ -88,6 +89,27 @@ def test_fire_environment_and_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert [(r["owner"], r["agent"], r["recovered"]) for r in starts] == [(None, "a", False), ("", "b", False),
                                                                           ("o", "c", True)]
     assert all(r["spec"] == job["spec"] and r["due"] == 12.25 and r["job"] == "j 1" for r in starts)
+
+
+def test_the_fire_watcher_runs_before_a_command_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner killed between a command's start and its group's registration leaves the group running:
+    so the watcher is started first, and registering is one pipe write.  Seen in CI under load, where the
+    watcher's own start (a Python process) came after the command's, and a SIGKILL of the runner between the
+    two left ``sleep 60`` running (tests/scheduler/test_fire_orphans.py)."""
+    watcher = fire_module.FireWatcher()
+    monkeypatch.setattr(fire_module, "WATCHER", watcher)
+    real = subprocess.Popen
+    watching_at_start: list[bool] = []
+
+    def popen(argv: list[str], *args: object, **kwargs: object) -> subprocess.Popen:
+        if not any("fire_watch.py" in str(a) for a in argv):
+            watching_at_start.append(watcher._proc is not None and watcher._proc.poll() is None)
+        return real(argv, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(fire_module.subprocess, "Popen", popen)
+    result = FireCommand(["true"], timeout=30).run(Agent(owner=None, id="a"), {"id": "j", "spec": None, "due": 1},
+                                                 recovered=False, stop=lambda: None)
+    assert result.exit == 0 and watching_at_start == [True]
 
 
 def test_fire_timeout_kills_the_group(tmp_path: Path) -> None:
