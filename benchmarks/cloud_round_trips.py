@@ -4,6 +4,7 @@
     python benchmarks/cloud_round_trips.py [--rtt-ms 20] [--repeats 5] [--quick]
         [--events 1000] [--big-events 10000 | --skip-big] [--agents 200]
         [--appends 30] [--files 100] [--big-files 4096] [--backends moto,gcs]
+        [--show-requests]
 
 For each backend (S3 on moto's server, GCS on fake-gcs-server, both started
 here as processes) a ``FaultProxy`` (tests/faults/http_proxy.py) sits between
@@ -21,6 +22,11 @@ proxy in the same run:
   big as all those events;
 * ``read`` first=events-9 (the last ten), fresh process  vs one GET of ten
   events' bytes;
+* under both reads, their raw floor (same objects, same rounds): each try's
+  own requests, as the proxy saw them, grouped into the rounds the proxy saw
+  (``rounds_in``), replayed by the raw SDK in a fresh python warmed as the
+  driver's process was (``raw_floor.py``), round after round, each round's
+  requests at once; its wall time beside the driver's, and both sides' CPU;
 * ``read`` first=1 of ``--big-events``, fresh process (filled straight
   against the emulator, without the proxy's latency)  vs one GET as big;
 * ``job_next`` with ``--agents`` agents each holding a waiting job, fresh
@@ -73,7 +79,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # tests/faults
 
 from emulators import Emulator, start_fake_gcs, start_moto  # noqa: E402
 from faults.http_proxy import FaultProxy, Seen  # noqa: E402
-from faults.rounds import rounds_of  # noqa: E402
+from faults.rounds import rounds_in, rounds_of  # noqa: E402
 
 AGENT = {"id": "bench", "owner": "bench"}
 WARM = {"op": "last", "agent": {"id": "warm-up", "owner": None}, "thread": "warm-up"}
@@ -83,6 +89,8 @@ TIMEOUT = 300.0
 #: The figures' names, in the order printed (the smoke test looks for each).
 FIGURES = ("append p50", "last, fresh", "read first=1", "read last 10", "read first=1 big",
            "job_next, fresh", "job_next, warm", "file_list", "file_list big", "call file_read")
+#: The raw floor's process: the raw SDK replaying a driver's requests round by round.
+FLOOR_SCRIPT = os.path.join(HERE, "raw_floor.py")
 #: The folder of the file_list figures, and the most files a folder may hold (the contract's FILES_MAX).
 FILES_FOLDER = "skills"
 FILES_MAX = 4096
@@ -272,12 +280,28 @@ class Sample:
 
 
 @dataclass
+class Floor:
+    """The raw floor of a fresh figure: each try's own requests, in its rounds, from the raw SDK.
+
+    ``cpu_ms``: CPU time of each try in the floor's process, and
+    ``driver_cpu_ms`` in the driver's serve process (every thread, both).
+    """
+
+    program: list[str]  # raw_floor.py for the backend (ServeProcess adds "serve")
+    sample: Sample = field(default_factory=Sample)
+    cpu_ms: list[float] = field(default_factory=list)
+    driver_cpu_ms: list[float] = field(default_factory=list)
+    driver: Sample | None = None  # the driver's tries, for the ratio
+
+
+@dataclass
 class Row:
     figure: str
     driver: Sample
     baseline_name: str
     baseline: Sample
     note: str = ""
+    floor: Floor | None = None
 
 
 SHOW_REQUESTS = False  # --show-requests: each counted request on stderr
@@ -317,31 +341,84 @@ def no_latency(proxy: FaultProxy) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def warmed(program: str, env: dict[str, str], count: int) -> Iterator[list[ServeProcess]]:
-    """``count`` serve processes, started at once and each warmed on another agent."""
+def warmed(program: str | list[str], env: dict[str, str], count: int, proxy: FaultProxy | None = None,
+           warm_seen: list[list[Seen]] | None = None) -> Iterator[list[ServeProcess]]:
+    """``count`` serve processes, started at once and each warmed on another agent; with ``proxy``,
+    the requests each warm-up made are put in ``warm_seen`` (the raw floor warms up as they did)."""
     procs = [ServeProcess(program, env=env) for _ in range(count)]
     try:
         for p in procs:
+            if proxy is not None:
+                proxy.clear()
             checked(p.request(WARM, timeout=TIMEOUT), "warm-up")
+            if proxy is not None and warm_seen is not None:
+                time.sleep(0.05)  # a request the warm-up left in flight past its reply (the gate's) is answered
+                warm_seen.append(proxy.requests())
         yield procs
     finally:
         for p in procs:
             p.close()
 
 
-def fresh(proxy: FaultProxy, program: str, env: dict[str, str], request: dict, repeats: int,
-          check: Callable[[dict], None] | None = None) -> Sample:
-    """``request`` as the first request (after the warm-up) of each of ``repeats`` fresh processes."""
+def fresh(proxy: FaultProxy, program: str | list[str], env: dict[str, str], request: dict, repeats: int,
+          check: Callable[[dict], None] | None = None, floor: Floor | None = None) -> Sample:
+    """``request`` as the first request (after the warm-up) of each of ``repeats`` fresh processes;
+    with ``floor``, each try's raw floor measured right after it (``measure_floor``)."""
     sample = Sample()
-    with warmed(program, env, repeats) as procs:
-        for p in procs:
+    warm_seen: list[list[Seen]] = []
+    with warmed(program, env, repeats, proxy if floor else None, warm_seen) as procs:
+        for i, p in enumerate(procs):
+            cpu = cpu_ms(p.proc.pid)
             ms, seen, reply = timed(proxy, lambda p=p: p.request(request, timeout=TIMEOUT))
+            cpu = cpu_ms(p.proc.pid) - cpu
             checked(reply, request["op"])
             if check:
                 check(reply)
             sample.add(ms, seen)
             p.close()
+            if floor is not None:
+                floor.driver_cpu_ms.append(cpu)
+                measure_floor(proxy, env, floor, warm_seen[i], seen)
+    if floor is not None:
+        floor.driver = sample
     return sample
+
+
+def cpu_ms(pid: int) -> float:
+    """CPU time of a process so far, every thread, in ms (Linux's schedstat: nanoseconds, not ticks)."""
+    total = 0
+    task_dir = f"/proc/{pid}/task"
+    for task in os.listdir(task_dir):
+        try:
+            with open(f"{task_dir}/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+    return total / 1e6
+
+
+def plan(seen: Sequence[Seen]) -> list[list[list[str]]]:
+    """A try's requests as the raw floor replays them: (method, target), by round (``rounds_in``)."""
+    return [[[s.method, s.target] for s in r] for r in rounds_in(seen)]
+
+
+def measure_floor(proxy: FaultProxy, env: dict[str, str], floor: Floor, warm: Sequence[Seen],
+                  seen: Sequence[Seen]) -> None:
+    """The raw floor of one try: a fresh python (raw_floor.py) makes its client, replays the driver's
+    warm-up, then (timed, counted at the proxy) the try's requests in the try's rounds."""
+    with ServeProcess(floor.program, env=env) as raw:
+        warmed_up = raw.request({"rounds": plan(warm), "warm": True}, timeout=TIMEOUT)
+        if "error" in warmed_up:
+            raise RuntimeError(f"the raw floor's warm-up failed: {warmed_up['error']}")
+        ms, replayed, reply = timed(proxy, lambda: raw.request({"rounds": plan(seen)}, timeout=TIMEOUT))
+    if "error" in reply:
+        raise RuntimeError(f"the raw floor's replay failed: {reply['error']}")
+    asked = sorted((s.method, s.target) for s in seen)
+    if sorted((s.method, s.target) for s in replayed) != asked:
+        raise RuntimeError(f"the raw floor sent other requests than the driver's {len(asked)}: "
+                           f"{sorted((s.method, s.target) for s in replayed)}")
+    floor.sample.add(ms, replayed)
+    floor.cpu_ms.append(float(reply["cpu_ms"]))
 
 
 def fill(program: str, env: dict[str, str], thread: str, events: int, text_bytes: int) -> None:
@@ -448,6 +525,7 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
     via = proxy.redirect(direct)
     assert via[backend.endpoint_var] == proxy.url, "the proxy did not take the emulator's place"
     program, n, big, tb = backend.program, args.events, args.big_events, args.text_bytes
+    served: str | list[str] = program  # the fresh figures' serve processes
     rows: list[Row] = []
 
     # Setting up, without the proxy's latency: the conversations, the jobs, the raw objects.  The big
@@ -520,18 +598,18 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
         return check
 
     progress(f"{backend.name}: last, read (fresh processes x{reps})")
-    rows.append(Row("last, fresh", fresh(proxy, program, via, {"op": "last", "agent": AGENT, "thread": conv}, reps,
+    rows.append(Row("last, fresh", fresh(proxy, served, via, {"op": "last", "agent": AGENT, "thread": conv}, reps,
                                          expect_last),
                     "1 GET, small object", raw_sample(lambda: raw.get(raw_prefix + "small"), reps),
                     f"{n} events"))
-    rows.append(Row("read first=1", fresh(proxy, program, via, {"op": "read", "agent": AGENT, "thread": conv,
-                                                                "first": 1}, reps, expect_events(n, 1)),
-                    f"1 GET, {size * n // 1024} KiB", raw_sample(lambda: raw.get(raw_prefix + f"events-{n}"), reps),
-                    f"{n} events"))
-    rows.append(Row("read last 10", fresh(proxy, program, via, {"op": "read", "agent": AGENT, "thread": conv,
-                                                                "first": n - 9}, reps, expect_events(10, n - 9)),
-                    f"1 GET, {size * 10} B", raw_sample(lambda: raw.get(raw_prefix + "events-10"), reps),
-                    f"first={n - 9} of {n}"))
+    for figure, first, count, whole in (("read first=1", 1, n, size * n), ("read last 10", n - 9, 10, size * 10)):
+        floor = Floor([sys.executable, FLOOR_SCRIPT, backend.name])
+        read = fresh(proxy, served, via, {"op": "read", "agent": AGENT, "thread": conv, "first": first}, reps,
+                     expect_events(count, first), floor)
+        name = f"1 GET, {whole // 1024} KiB" if whole >= 10240 else f"1 GET, {whole} B"
+        one_get = raw_sample(lambda k=f"events-{count}": raw.get(raw_prefix + k), reps)
+        rows.append(Row(figure, read, name, one_get, f"first={first} of {n}" if first > 1 else f"{n} events",
+                        floor))
     if not args.skip_big:
         progress(f"{backend.name}: read first=1 of {big} (fresh processes x{reps})")
         bconv = f"conv-{big}"
@@ -541,7 +619,7 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
             if len(events) != big:
                 raise RuntimeError(f"read first=1 of {bconv}: {len(events)} events")
 
-        big_read = fresh(proxy, program, via_big, {"op": "read", "agent": AGENT, "thread": bconv, "first": 1},
+        big_read = fresh(proxy, served, via_big, {"op": "read", "agent": AGENT, "thread": bconv, "first": 1},
                          reps, expect_big)
         with no_latency(proxy):
             raw_big.get(raw_prefix + f"events-{big}")  # warm
@@ -578,7 +656,7 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
             if len(reply.get("files", [])) != count:
                 raise RuntimeError(f"file_list answered {len(reply.get('files', []))} files, expected {count}")
 
-        listed = fresh(proxy, program, via, {"op": "file_list", "agent": agent, "folder": FILES_FOLDER}, reps,
+        listed = fresh(proxy, served, via, {"op": "file_list", "agent": agent, "folder": FILES_FOLDER}, reps,
                        expect_files)
         folder_prefix = AgentKeys(f"{prefix}/", agent["owner"], agent["id"]).folder(FILES_FOLDER)
         with no_latency(proxy):
@@ -635,7 +713,21 @@ def table(label: str, rows: Sequence[Row], rtt_ms: float) -> str:
         out.append(f"{r.figure:<18} {fmt_req(d):>5} {fmt_rounds(d):>6} {d.p50:9.1f} {fmt_rt(d.p50, rtt_ms):>6} | "
                    f"{r.baseline_name:<28} {fmt_req(b):>4} {b.p50:9.1f} {fmt_rt(b.p50, rtt_ms):>6} | "
                    f"{ratio:6.2f}  {r.note}")
+        if r.floor is not None:
+            out.append(floor_line(r.floor, rtt_ms))
     return "\n".join(out)
+
+
+def floor_line(floor: Floor, rtt_ms: float) -> str:
+    """The raw floor under a figure, on a line of its own: its requests, rounds and wall time, the ratio
+    of the driver's wall time to it (median of the tries' ratios), and both sides' CPU time."""
+    f, d = floor.sample, floor.driver
+    ratios = [dm / fm for dm, fm in zip(d.ms, f.ms, strict=True) if fm > 0] if d is not None else []
+    ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+    tries = ", ".join(f"{x:.2f}" for x in ratios)
+    cpu = f"CPU ms driver {statistics.median(floor.driver_cpu_ms):.1f}, raw floor {statistics.median(floor.cpu_ms):.1f}"
+    return (f"  ^ raw floor (same objects, same rounds): req {fmt_req(f)}, rounds {fmt_rounds(f)}, "
+            f"wall {f.p50:.1f} ms ({fmt_rt(f.p50, rtt_ms)} RTTs); driver / raw floor {ratio} (tries {tries}); {cpu}")
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:

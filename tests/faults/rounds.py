@@ -17,11 +17,25 @@ def rounds_of(seen: Sequence[Seen]) -> int:
     once; a request sent after another's answer only by chance counts as
     waiting on it, so this is an upper bound on the rounds the op needed.
     """
+    return len(rounds_in(seen))
+
+
+def rounds_in(seen: Sequence[Seen]) -> list[list[Seen]]:
+    """The requests of a try grouped by round, as ``rounds_of`` counts them, each round in the order sent.
+
+    A request is of round k+1 when the latest round of the requests
+    answered before it was sent is k (the proxy's clock, both ends): what a
+    replay sends round by round to ask for the same objects in the same
+    rounds (benchmarks/raw_floor.py).
+    """
     depth: list[int] = []
     ordered = sorted(seen, key=lambda s: s.at)
     for i, s in enumerate(ordered):
         depth.append(1 + max((d for q, d in zip(ordered[:i], depth, strict=False) if q.answered <= s.at), default=0))
-    return max(depth, default=0)
+    rounds: list[list[Seen]] = [[] for _ in range(max(depth, default=0))]
+    for s, d in zip(ordered, depth, strict=True):
+        rounds[d - 1].append(s)
+    return rounds
 
 
 def gate_kind(seen: Seen) -> str | None:
