@@ -4,7 +4,7 @@
     python benchmarks/cloud_round_trips.py [--rtt-ms 20] [--repeats 5] [--quick]
         [--events 1000] [--big-events 10000 | --skip-big] [--agents 200]
         [--appends 30] [--files 100] [--big-files 4096] [--backends moto,gcs]
-        [--show-requests]
+        [--show-requests] [--profile DIR [--profile-cpu]]
 
 For each backend (S3 on moto's server, GCS on fake-gcs-server, both started
 here as processes) a ``FaultProxy`` (tests/faults/http_proxy.py) sits between
@@ -89,8 +89,10 @@ TIMEOUT = 300.0
 #: The figures' names, in the order printed (the smoke test looks for each).
 FIGURES = ("append p50", "last, fresh", "read first=1", "read last 10", "read first=1 big",
            "job_next, fresh", "job_next, warm", "file_list", "file_list big", "call file_read")
-#: The raw floor's process: the raw SDK replaying a driver's requests round by round.
+#: The raw floor's process (the raw SDK replaying a driver's requests round by round), and the driver
+#: wrapped in cProfile (``--profile``): benchmarks of their own, never the package's path.
 FLOOR_SCRIPT = os.path.join(HERE, "raw_floor.py")
+PROFILED_SERVE = os.path.join(HERE, "profiled_serve.py")
 #: The folder of the file_list figures, and the most files a folder may hold (the contract's FILES_MAX).
 FILES_FOLDER = "skills"
 FILES_MAX = 4096
@@ -525,7 +527,12 @@ def _bench(backend: Backend, args: argparse.Namespace, em: Emulator, proxy: Faul
     via = proxy.redirect(direct)
     assert via[backend.endpoint_var] == proxy.url, "the proxy did not take the emulator's place"
     program, n, big, tb = backend.program, args.events, args.big_events, args.text_bytes
-    served: str | list[str] = program  # the fresh figures' serve processes
+    # The fresh figures' serve processes; with --profile, under cProfile (profiled_serve.py), stats in its folder.
+    served: str | list[str] = program
+    if args.profile:
+        served = [sys.executable, PROFILED_SERVE, program]
+        via = {**via, "BENCH_PROFILE_DIR": os.path.abspath(args.profile),
+               "BENCH_PROFILE_CLOCK": "cpu" if args.profile_cpu else "wall"}
     rows: list[Row] = []
 
     # Setting up, without the proxy's latency: the conversations, the jobs, the raw objects.  The big
@@ -746,6 +753,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--backends", default="moto,gcs", help="comma-separated: moto, gcs")
     parser.add_argument("--quick", action="store_true", help="fewer repeats, no big conversation")
     parser.add_argument("--show-requests", action="store_true", help="print each counted request on stderr")
+    parser.add_argument("--profile", metavar="DIR", default=None,
+                        help="run the fresh figures' serve processes under cProfile (benchmarks/profiled_serve.py), "
+                             "every thread, each op after the warm-up; pstats files in DIR")
+    parser.add_argument("--profile-cpu", action="store_true",
+                        help="with --profile: time functions by their thread's CPU time, not the wall clock")
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 3 if args.quick else 5
