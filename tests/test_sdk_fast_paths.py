@@ -1,6 +1,6 @@
 """The backends' shortcuts around their SDKs' per-request costs answer what the SDKs would (issue 45).
 
-Each shortcut (gcs.py's ``_updated``) saves CPU
+Each shortcut (gcs.py's ``_updated`` and ``_EnvironmentOnce``) saves CPU
 on every request or listed key of a driver's reads; what it gives must be
 what the SDK's own path gives, on the same input.  Checked here offline,
 against the SDK's functions themselves; benchmarks/cloud_round_trips.py
@@ -9,13 +9,14 @@ measures what they save.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 
 pytest.importorskip("google.cloud.storage")
 
-from cloudstore.gcs import _updated  # noqa: E402
+from cloudstore.gcs import _EnvironmentOnce, _updated  # noqa: E402
 
 
 def _blob(updated: str | None) -> Any:
@@ -50,3 +51,75 @@ def test_an_updated_the_sdk_refuses_is_refused_alike(text: str) -> None:
         blob.updated  # noqa: B018 - the SDK's own refusal
     with pytest.raises(ValueError):
         _updated(blob)
+
+
+def _session() -> Any:
+    import requests
+
+    return requests.Session()
+
+
+URLS = ("http://127.0.0.1:4443/storage/v1/b/b/o?prefix=x", "https://storage.googleapis.com/download/storage/v1/b/b/o/k",
+        "https://storage.googleapis.com/upload/storage/v1/b/b/o?uploadType=multipart", "http://other:80/x")
+
+
+@pytest.mark.parametrize("env", [
+    {},
+    {"HTTPS_PROXY": "http://proxy:3128", "HTTP_PROXY": "http://proxy:3129"},
+    {"https_proxy": "http://proxy:3128", "NO_PROXY": "storage.googleapis.com"},
+    {"HTTP_PROXY": "http://proxy:3129", "no_proxy": "127.0.0.1"},
+    {"REQUESTS_CA_BUNDLE": "/etc/ssl/bundle.pem"},
+    {"CURL_CA_BUNDLE": "/etc/ssl/curl.pem", "ALL_PROXY": "socks5://proxy:1080"},
+])
+def test_environment_once_answers_as_requests(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.lower().endswith("_proxy") or name.endswith("_CA_BUNDLE"):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    plain, once = _session(), _session()
+    once.merge_environment_settings = _EnvironmentOnce(once)
+    for url in URLS:
+        for stream, verify, proxies in ((None, None, {}), (True, None, {}), (False, "/my.pem", {"http": "h:1"}),
+                                        (None, False, {"no_proxy": "other"})):
+            for _ in range(2):  # the second from what was kept
+                asked = plain.merge_environment_settings(url, dict(proxies), stream, verify, None)
+                assert once.merge_environment_settings(url, dict(proxies), stream, verify, None) == asked
+
+
+def test_environment_once_follows_the_sessions_own_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy:3128")
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+    plain, once = _session(), _session()
+    once.merge_environment_settings = _EnvironmentOnce(once)
+    url = URLS[1]
+    first = once.merge_environment_settings(url, {}, None, None, None)
+    first["proxies"]["https"] = "changed by a caller"  # a copy: what is kept stays
+    assert once.merge_environment_settings(url, {}, None, None, None)["proxies"]["https"] == "http://proxy:3128"
+    for change in ({"proxies": {"https": "http://mine:8080"}}, {"verify": "/session.pem"}, {"stream": True},
+                   {"cert": ("/c.pem", "/k.pem")}, {"trust_env": False}):
+        for session in (plain, once):
+            for name, value in change.items():
+                setattr(session, name, value)
+        assert once.merge_environment_settings(url, {}, None, None, None) == \
+            plain.merge_environment_settings(url, {}, None, None, None), change
+
+
+def test_environment_once_reads_the_environment_once_per_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    import requests.sessions
+
+    reads: list[str] = []
+    real = requests.sessions.get_environ_proxies
+
+    def counted(url: str, no_proxy: Any = None) -> Any:
+        reads.append(url)
+        return real(url, no_proxy=no_proxy)
+
+    monkeypatch.setattr(requests.sessions, "get_environ_proxies", counted)
+    session = _session()
+    session.merge_environment_settings = _EnvironmentOnce(session)
+    for key in range(20):
+        session.merge_environment_settings(f"http://127.0.0.1:4443/download/storage/v1/b/b/o/{key}", {}, True,
+                                           None, None)
+    assert len(reads) == 1
