@@ -1,10 +1,10 @@
 """The backends' shortcuts around their SDKs' per-request costs answer what the SDKs would (issue 45).
 
-Each shortcut (gcs.py's ``_updated`` and ``_EnvironmentOnce``) saves CPU
-on every request or listed key of a driver's reads; what it gives must be
-what the SDK's own path gives, on the same input.  Checked here offline,
-against the SDK's functions themselves; benchmarks/cloud_round_trips.py
-measures what they save.
+Each shortcut (gcs.py's ``_updated`` and ``_EnvironmentOnce``, s3.py's
+``timestamp_parser``) saves CPU on every request or listed key of a
+driver's reads; what it gives must be what the SDK's own path gives, on
+the same input.  Checked here offline, against the SDK's functions
+themselves; benchmarks/cloud_round_trips.py measures what they save.
 """
 
 from __future__ import annotations
@@ -123,3 +123,42 @@ def test_environment_once_reads_the_environment_once_per_host(monkeypatch: pytes
         session.merge_environment_settings(f"http://127.0.0.1:4443/download/storage/v1/b/b/o/{key}", {}, True,
                                            None, None)
     assert len(reads) == 1
+
+
+STAMPS = ["2026-12-05T06:03:30.000Z", "2026-12-05T06:03:30Z", "2026-12-05T06:03:30.5Z", "2026-12-05T06:03:30.123456Z",
+          "2024-02-29T23:59:59.999Z", "1970-01-01T00:00:00.000Z", "Sat, 05 Dec 2026 06:03:30 GMT",
+          "Mon, 05 Dec 2026 06:03:30 GMT", "Thu, 29 Feb 2024 23:59:59 GMT", "Thu, 01 Jan 1970 00:00:00 GMT",
+          # not the two forms: botocore's own way
+          "2026-12-05T06:03:30.123456789Z", "2026-12-05T06:03:30+02:00", "1733378610", "Sat, 5 Dec 2026 06:03:30 GMT",
+          "2026-12-05 06:03:30"]
+
+
+@pytest.mark.parametrize("text", STAMPS)
+def test_s3_timestamps_are_botocores_instants(text: str) -> None:
+    from botocore.utils import parse_timestamp
+
+    from cloudstore.s3 import timestamp_parser
+
+    mine, theirs = timestamp_parser()(text), parse_timestamp(text)
+    assert mine.timestamp() == theirs.timestamp() and mine.utcoffset() == theirs.utcoffset()
+
+
+@pytest.mark.parametrize("text", ["2026-02-30T06:03:30.000Z", "Mon, 30 Feb 2026 06:03:30 GMT", "never"])
+def test_s3_timestamps_botocore_refuses_are_refused_alike(text: str) -> None:
+    from botocore.utils import parse_timestamp
+
+    from cloudstore.s3 import timestamp_parser
+
+    with pytest.raises(ValueError) as theirs:
+        parse_timestamp(text)
+    with pytest.raises(ValueError) as mine:
+        timestamp_parser()(text)
+    assert str(mine.value) == str(theirs.value)
+
+
+def test_the_drivers_s3_client_parses_with_it() -> None:
+    from cloudstore.s3 import make_client
+
+    client = make_client(client_args={"region_name": "us-east-1", "endpoint_url": "http://127.0.0.1:9"})
+    parser = client._endpoint._response_parser_factory.create_parser("rest-xml")
+    assert parser._timestamp_parser.__qualname__ == "timestamp_parser.<locals>.parse"
