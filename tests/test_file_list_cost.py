@@ -71,11 +71,13 @@ class Counted:
         return reply, sum(1 for s in seen if is_listing(self.backend, s)), len(seen)
 
 
+#: A page of a listing, as the proxy sees its target (a GET): S3 ListObjectsV2, GCS objects.list.
+LISTING = {"moto": r"[?&]list-type=2", "gcs": r"^/storage/v1/b/[^/]+/o(\?|$)"}
+
+
 def is_listing(backend: str, seen: Seen) -> bool:
     """Whether a request the proxy saw is a page of a listing (S3 ListObjectsV2, GCS objects.list)."""
-    if backend == "moto":
-        return seen.method == "GET" and re.search(r"[?&]list-type=2", seen.target) is not None
-    return seen.method == "GET" and re.match(r"^/storage/v1/b/[^/]+/o(\?|$)", seen.target) is not None
+    return seen.method == "GET" and re.search(LISTING["moto" if backend == "moto" else "gcs"], seen.target) is not None
 
 
 @pytest.fixture(params=BACKENDS)
