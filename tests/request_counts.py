@@ -67,7 +67,7 @@ HOLD = 0.2
 #: The folder that ``LNK_TEST_WORSE`` variants live in (tests/worse/sitecustomize.py).
 WORSE = HERE / "worse"
 
-#: The emulator's setting and the proxy's error flavour, per backend reached over HTTP.
+#: The setting that names the emulator, per backend reached over HTTP (the proxy takes its place there).
 ENDPOINT = {"moto": "AWS_ENDPOINT_URL_S3", "seaweedfs": "AWS_ENDPOINT_URL_S3", "gcs": "STORAGE_EMULATOR_HOST"}
 KIND = {"file": "file", "moto": "s3", "seaweedfs": "s3", "gcs": "gcs"}
 #: A listing's page, as the proxy sees its target (test_file_list_cost.py), by kind of server.
@@ -98,7 +98,8 @@ SIZES = {"gcs": Sizes(index=1000, files=512)}
 
 @dataclass(frozen=True)
 class Cost:
-    """What one figure cost: requests (a mean where the figure is one) and rounds (None: not counted, the folder)."""
+    """What one figure cost: requests (a mean where the figure is one) and rounds (None: not a figure of
+    rounds, or not counted: the folder)."""
 
     requests: float
     rounds: float | None
