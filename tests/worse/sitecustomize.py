@@ -54,6 +54,14 @@ def no_prefetch() -> None:
     Conversations._prefetch = lambda *args, **kwargs: None  # type: ignore[method-assign]
 
 
+def no_tail() -> None:
+    """Reads that never ask for the tail (packing.py, "Tails"): the events after the last block of 32 are
+    fetched one by one on every fresh read, as before issue 45."""
+    from cloudstore.store.conversations import Conversations
+
+    Conversations._ask_tail = lambda *args, **kwargs: None  # type: ignore[method-assign]
+
+
 def last_lists_all() -> None:
     """The newest event found by listing the whole conversation, not its first key."""
     from cloudstore.store.conversations import Conversations
@@ -122,6 +130,7 @@ VARIANTS: dict[str, Callable[[], None]] = {
     "no-blocks": no_blocks,
     "small-blocks-only": small_blocks_only,
     "no-prefetch": no_prefetch,
+    "no-tail": no_tail,
     "last-lists-all": last_lists_all,
     "job-next-reads-records": job_next_reads_records,
     "file-list-ledger-after": file_list_ledger_after,
