@@ -10,8 +10,11 @@ is a multiple of ``z``, for ``z`` = ``PACK_MIN``, twice that, and so on up to
 ``PACK_MAX``.  Any range of events is then a few whole blocks (at most two of
 each size, as in a segment tree), at most ``PACK_MIN - 1`` single events
 after the last packed one, and one block that starts before the range (its
-first events skipped).  1..1,000 is thirteen objects (five blocks, eight
-single events); 1..10,000 twenty-one; the last ten of 1,000 nine.
+first events skipped).  ``cover`` of 1..1,000 is thirteen pieces (five
+blocks, eight single events), of 1..10,000 twenty-one, of the last ten of
+1,000 nine; a read fetches the single events after the last block as one
+tail when a reader before it packed them (below, "Tails"): six objects,
+and two.
 
 A block is packed by whoever appended its last event, after the reply when
 it runs as a driver, from the events that process holds in memory (it
