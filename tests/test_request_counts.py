@@ -275,16 +275,23 @@ def cell_bound(cell: str) -> tuple[float, float | None]:
     return float(requests), float(rounds) if rounds else None
 
 
-def test_docs_design_says_every_bound_and_no_other() -> None:
-    """Raising a bound means saying so in docs/design.md: its table holds what ``BOUNDS`` does (the folder's
-    cells without rounds, which it does not count)."""
+def test_no_bound_is_past_what_docs_design_says() -> None:
+    """Raising a bound means saying so in docs/design.md: every figure of ``BOUNDS`` is in its table, and no
+    bound is past the table's (the folder's cells have no rounds: it does not count them).  Lowering one
+    needs the table alone."""
     documented = design_table()
     assert set(documented) == {figure for figure, _ in BOUNDS}
     for figure, cells in documented.items():
         for kind, cell in zip(("s3", "gcs", "file"), cells, strict=True):
+            if cell is None:
+                continue
             most_requests, most_rounds = bound(figure, kind)
-            if cell is not None:
-                assert cell == (most_requests, None if kind == "file" else most_rounds), (figure, kind, cell)
+            said_requests, said_rounds = cell
+            assert most_requests <= said_requests, (figure, kind, "requests", most_requests, said_requests)
+            if kind != "file":
+                assert (most_rounds is None) == (said_rounds is None), (figure, kind, "rounds", cell)
+                assert most_rounds is None or said_rounds is None or most_rounds <= said_rounds, (
+                    figure, kind, "rounds", most_rounds, said_rounds)
 
 
 # --------------------------------------------------------------------------
