@@ -24,6 +24,7 @@ from request_counts import (
     FIRST_DUE,
     FOLDER,
     KIND,
+    READ_HOLD,
     STEADY,
     WRITER,
     Cost,
@@ -48,8 +49,7 @@ APPEND_MEAN = "append, mean of 2,048 by one serve process, packing included"
 LAST = "last of 1,000 events, fresh process"
 READ_ALL_FIRST = "read 1..1,000, the first fresh process after the appends"
 READ_ALL_LATER = "read 1..1,000, a later fresh process"
-READ_ALL_FIRST_WAITING = "read 1..1,000, the first fresh process after the appends: requests that wait for its listing"
-READ_ALL_LATER_WAITING = "read 1..1,000, a later fresh process: requests that wait for its listing"
+READ_ALL_WAITING = "read 1..1,000, a later fresh process, its listing slow: requests that wait for the listing"
 READ_TAIL_FIRST = "read 991..1,000 (the last 10), the first fresh process after the appends"
 READ_TAIL_LATER = "read 991..1,000 (the last 10), a later fresh process"
 JOB_NEXT = "job_next with 10,000 jobs waiting (fake-gcs-server: 1,000), fresh process"
@@ -64,8 +64,7 @@ BOUNDS: dict[tuple[str, str], tuple[float, float | None]] = {
     (LAST,                     ANY):      (2,       1),
     (READ_ALL_FIRST,           ANY):      (15,      2),
     (READ_ALL_LATER,           ANY):      (15,      2),
-    (READ_ALL_FIRST_WAITING,   ANY):      (12,      None),
-    (READ_ALL_LATER_WAITING,   ANY):      (12,      None),
+    (READ_ALL_WAITING,         ANY):      (12,      None),
     (READ_TAIL_FIRST,          ANY):      (11,      2),
     (READ_TAIL_LATER,          ANY):      (11,      2),
     (JOB_NEXT,                 ANY):      (2,       2),
@@ -165,28 +164,33 @@ def appended(place: Place) -> tuple[Cost, Cost]:
     return appends(place)
 
 
-def read(place: Place, thread: str, first: int, worse: str | None = None) -> tuple[Cost, Cost | None]:
-    """A fresh process's read of ``thread`` from ``first``, its listing slower than its other requests (as
-    on a big bucket): its cost, and the requests that waited for the listing (None on the folder)."""
+def read(place: Place, thread: str, first: int, worse: str | None = None) -> Cost:
+    """A fresh process's read of ``thread`` from ``first``: it answers every event from there."""
     reply, driver = fresh(place, place.conversations, {"op": "read", "agent": WRITER, "thread": thread,
-                                                       "first": first}, worse, slow_listing=True)
-    events = dict(CONVERSATIONS)[thread]
-    assert [e["seq"] for e in reply["events"]] == list(range(first, events + 1))
-    waiting = driver.after_listing()
-    return driver.cost("read"), None if waiting is None else Cost(waiting, None)
+                                                       "first": first}, worse, hold=READ_HOLD)
+    assert [e["seq"] for e in reply["events"]] == list(range(first, dict(CONVERSATIONS)[thread] + 1))
+    return driver.cost("read")
+
+
+def waiting(place: Place, worse: str | None = None) -> Cost | None:
+    """How many of a fresh read of 1..1,000's requests wait for its listing, the listing slower than the
+    rest (as on a big bucket); None on the folder, which has no wire to tell."""
+    reply, driver = fresh(place, place.conversations, {"op": "read", "agent": WRITER, "thread": "all", "first": 1},
+                          worse, slow_listing=True)
+    assert len(reply["events"]) == 1000
+    after = driver.after_listing()
+    return None if after is None else Cost(after, None)
 
 
 @pytest.fixture(scope="module")
 def reads(place: Place, appended: tuple[Cost, Cost]) -> dict[str, Cost | None]:
-    """Each read, first the first fresh process after the appends, then a later one (in that order)."""
-    costs: dict[str, Cost | None] = {}
-    for figure, waiting, thread, first in ((READ_ALL_FIRST, READ_ALL_FIRST_WAITING, "all", 1),
-                                           (READ_ALL_LATER, READ_ALL_LATER_WAITING, "all", 1),
-                                           (READ_TAIL_FIRST, None, "tail", 991),
-                                           (READ_TAIL_LATER, None, "tail", 991)):
-        costs[figure], after = read(place, thread, first)
-        if waiting is not None:
-            costs[waiting] = after
+    """Each read, first the first fresh process after the appends, then a later one (in that order); then
+    what of a later one waits for its listing."""
+    costs: dict[str, Cost | None] = {
+        figure: read(place, thread, first) for figure, thread, first in (
+            (READ_ALL_FIRST, "all", 1), (READ_ALL_LATER, "all", 1),
+            (READ_TAIL_FIRST, "tail", 991), (READ_TAIL_LATER, "tail", 991))}
+    costs[READ_ALL_WAITING] = waiting(place)
     return costs
 
 
@@ -320,7 +324,7 @@ def test_reads_that_ignore_the_big_blocks_or_every_block_fail_the_read_figures(p
     for first_figure, later_figure, thread, first, worse in (
             (READ_TAIL_FIRST, READ_TAIL_LATER, "tail", 991, "no-blocks"),
             (READ_ALL_FIRST, READ_ALL_LATER, "all", 1, "small-blocks-only")):
-        cost, _ = read(place, thread, first, worse)
+        cost = read(place, thread, first, worse)
         caught(first_figure, cost)
         caught(later_figure, cost)
 
@@ -329,9 +333,7 @@ def test_reads_that_ignore_the_big_blocks_or_every_block_fail_the_read_figures(p
 def test_a_read_that_ignores_the_heads_hint_waits_for_its_listing(place: Place) -> None:
     """No read-ahead: the blocks the head names as packed are asked for only once the listing is in.  (Its
     requests and rounds are those of a read with it: what it costs is the wait for a slow listing.)"""
-    _, waiting = read(place, "all", 1, "no-prefetch")
-    caught(READ_ALL_FIRST_WAITING, waiting)
-    caught(READ_ALL_LATER_WAITING, waiting)
+    caught(READ_ALL_WAITING, waiting(place, "no-prefetch"))
 
 
 @pytest.mark.usefixtures("reads")
