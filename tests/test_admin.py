@@ -367,6 +367,25 @@ def test_gc_dry_run_changes_nothing(store_env: Any) -> None:
     assert json.loads(out)["judged_dead"] == {}
 
 
+def test_inspect_and_migrate_leave_what_they_read_as_it_was(store_env: Any, tmp_path: Any) -> None:
+    """The tools only read their source: a read that fetched events one by one writes no tail there.
+
+    40 events are a block of 32 and 8 single events, the case in which a driver's
+    read writes the tail after it (packing.py, "Tails"); migrate's verify reads
+    every conversation of the source."""
+    o = opened_in(store_env)
+    agent = {"id": "reader", "owner": None}
+    for seq in range(1, 41):
+        op(o, agent, "append", thread="t", event={"seq": seq})
+    before = [(k.key, k.version) for k in list_all(o)]
+    admin("inspect", store_env.url, env=_env(store_env.env))
+    moved = admin("migrate", store_env.url, f"file://{tmp_path}/copy", "--json", env=_env(store_env.env))
+    assert json.loads(moved.stdout)["ok"], moved.stdout
+    assert [(k.key, k.version) for k in list_all(o)] == before
+    copied = open_url(f"file://{tmp_path}/copy")
+    assert op(copied, agent, "read", thread="t")["events"] == [{"seq": n} for n in range(1, 41)]
+
+
 # ---------------------------------------------------------------------------------------------
 # migrate
 

@@ -184,7 +184,7 @@ def open_url(url: str, what: str = "URL", create: bool = False) -> Opened:
     folder that does not exist is refused unless ``create`` (a migration's destination)."""
     location = parse_location(what, url, ("gs", "s3", "file"))
     store = open_store(location, create, setting=what, eager_probe=False)  # inspect, a gc dry run: no write
-    space = Space(store, location.prefix)
+    space = Space(store, location.prefix, reads_write_back=False)  # a tool's reads leave the store as it was
     return Opened(url, location, store, space, Service(space))
 
 

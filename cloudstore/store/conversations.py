@@ -443,7 +443,7 @@ class Conversations:
         more, only for events the tail does not hold yet); None if one is
         missing or a fence (the epoch died).  A reader that fetched any
         writes the tail again once its reply is out, with every event after
-        ``after`` up to its last, when it holds them all.
+        ``after`` up to its last, when it holds them all (``Space.reads_write_back``).
         """
         if not singles:
             return []
@@ -463,7 +463,7 @@ class Conversations:
                 return None
             have.update(zip((p.end for p in fetch), got, strict=True))
             last = singles[-1].end
-            if asked is not None and all(s in have for s in range(after + 1, last + 1)):
+            if asked is not None and self.space.reads_write_back and all(s in have for s in range(after + 1, last + 1)):
                 run = [compact(have[s]) for s in range(after + 1, last + 1)]
                 self.space.defer(lambda: self._write_tail(at, after, run))
         return [have[p.end] for p in singles]

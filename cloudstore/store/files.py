@@ -596,6 +596,9 @@ class Files:
 
     def _made(self, keys: AgentKeys) -> Facts:
         before, old = ledger_facts(self.store, keys.files())
+        unkept = {k: (str(v[0]), bool(v[1]), str(v[2])) for k, v in before.items()}
+        if not self.space.reads_write_back:  # an admin tool's listing: true, only not kept (nor remembered)
+            return unkept
         raw = ledger_body(before, old)
         try:
             self.store.put(keys.file_ledger(), raw, Create())
@@ -605,5 +608,5 @@ class Files:
                 return self._keep(keys, obj.data)
         except StoreUnavailable as exc:  # still true, only not kept: the next listing makes it again
             log.warning("the agent's file ledger could not be written (%s); this listing read every object", exc)
-            return {k: (str(v[0]), bool(v[1]), str(v[2])) for k, v in before.items()}
+            return unkept
         return self._keep(keys, raw)

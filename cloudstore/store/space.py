@@ -79,6 +79,11 @@ class Space:
     #: Work a reply leaves for after it is sent (packing, a claimed job's index entry): a driver sets
     #: a list and runs it once the reply is out (``run_deferred``); None does it before answering.
     deferred: list[Callable[[], None]] | None = None
+    #: Whether a read writes back what it learned: the tail it found missing or stale
+    #: (``Conversations._write_tail``), the file ledger of an agent it found none of (``Files._made``).
+    #: The drivers' reads do; the admin tools (inspect, migrate's verify) do not: they promise to
+    #: change nothing they only read, and an operator may run them on a store an old release serves.
+    reads_write_back: bool = True
 
     def keys(self, agent: Agent) -> AgentKeys:
         return AgentKeys(self.root, agent.owner, agent.id)
