@@ -309,8 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = load(argv)
         log_to_file(settings)
-        exporter = export(settings.metrics_port, settings.metrics_file,
-                          process=ProcessMetrics(FORMAT, READS_FROM))
+        exporter = export(settings.metrics_port, settings.metrics_file, own=("lnk_scheduler_", metrics.STORE_FAMILIES),
+                          process=ProcessMetrics("lnk-cloud-scheduler", FORMAT, READS_FROM))
         reach = Reach()
         runner, clients = build(settings, exporter.driver_env if exporter is not None else None, reach)
         if exporter is not None:

@@ -43,6 +43,7 @@ from ..gate.store_format import FORMAT, READS_FROM
 from ..protocol.client import env_pairs
 from ..runtime import jsonlog
 from ..runtime.config_schema import ConfigFileError, Field, ListOf, Nullable, Number, Obj, Str, load_config
+from ..runtime.metrics import STORE_FAMILIES
 from ..runtime.metrics.http import Exporter, export
 from ..runtime.metrics.process import ProcessMetrics
 from .limits import Limits
@@ -201,7 +202,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     as_json = jsonlog.wants_json(args.log_format)
     jsonlog.configure("lnk-store-bridge", args.log_level, "lnk-store-bridge: %(levelname)s %(message)s", as_json)
     try:
-        exporter = export(args.metrics_port, args.metrics_file, process=ProcessMetrics(FORMAT, READS_FROM))
+        exporter = export(args.metrics_port, args.metrics_file, own=("lnk_bridge_", STORE_FAMILIES),
+                          process=ProcessMetrics("lnk-store-bridge", FORMAT, READS_FROM))
     except ValueError as exc:
         parser.error(f"--metrics-port {exc}")
     try:

@@ -84,6 +84,14 @@ CALLS = metrics.counter(
     "Calls the store bridge ended, by op (\"\" before the request was checked) and outcome.",
     ("op", "outcome"),
 )
+#: The time of each call a driver was asked to answer (every outcome but those refused or busy before it).
+CALL_SECONDS = metrics.histogram(
+    "lnk_bridge_call_duration_seconds",
+    "Seconds each call handed to a driver took, from handed (the wait for a free driver included) to its reply "
+    "or failure, by op: what the caller waits beyond its proof and request, one observation per call "
+    "lnk_bridge_calls_total counts with an op (not \"\", refused before the check).",
+    ("op",),
+)
 
 
 @dataclass(frozen=True)
@@ -361,7 +369,8 @@ class StoreBridge:
         del request
         hold.resize(min(hold.size, call_cost(line)))
         try:
-            reply = self.pool.call(spec.agent, env, line)
+            with CALL_SECONDS.time(op):
+                reply = self.pool.call(spec.agent, env, line)
         except DriverTimeout as exc:
             log.warning("%s of %s: %s", op, _name(spec.agent), exc)
             CALLS.inc(op, "timeout")

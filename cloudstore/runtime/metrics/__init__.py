@@ -245,6 +245,15 @@ class Histogram:
             seen.sum += value
             registry.generation += 1
 
+    @contextlib.contextmanager
+    def time(self, *label_values: str) -> Iterator[None]:
+        """Observe the seconds spent inside (``time.perf_counter``), whether it returns or raises."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.observe(time.perf_counter() - start, *label_values)
+
     def value(self, *label_values: str) -> Observed:
         """A copy of the observations so far (none when never observed): for tests and logs."""
         with self.registry.lock:
@@ -269,6 +278,10 @@ def histogram(name: str, help: str, labels: tuple[str, ...] = (),
 
 # --------------------------------------------------------------------------
 # What the store drivers count (backend: gcs, s3 or file; op: the wire op being answered)
+
+#: The prefix of every family below: what each exporter sums of the drivers it starts, beside its own
+#: (``snapshots.Collector.own``; the bridge's are ``lnk_bridge_``, the scheduler's ``lnk_scheduler_``).
+STORE_FAMILIES = "lnk_store_"
 
 REQUESTS = counter(
     "lnk_store_requests_total",
@@ -337,10 +350,8 @@ def op_scope(op: str, backend: str | None = None) -> Iterator[None]:
     count for that op, but is no second op.
     """
     token = _op.set(op)
-    start = time.perf_counter()
     try:
-        yield
+        with OP_SECONDS.time(backend, op) if backend is not None else contextlib.nullcontext():
+            yield
     finally:
         _op.reset(token)
-        if backend is not None:
-            OP_SECONDS.observe(time.perf_counter() - start, backend, op)

@@ -174,15 +174,18 @@ class Exporter:
 
 def export(listen: str | int | None, file: str | None, interval: float = 5.0,
            extra: Callable[[], Mapping[str, AnyFamily]] | None = None, *,
-           process: Callable[[], Mapping[str, AnyFamily]] | None) -> Exporter | None:
+           process: Callable[[], Mapping[str, AnyFamily]] | None, own: tuple[str, ...]) -> Exporter | None:
     """The exporter a program's ``--metrics-port`` / ``--metrics-file`` ask for (None when neither), not started.
 
     Its drivers' snapshots go to a new private folder (mode 0700), removed at
     ``stop``: the counts live as long as the exporter, as Prometheus expects
     of a process's counters.  ``process`` makes what the exporting process
     says of itself at each scrape (``process.ProcessMetrics``: ``process_*``
-    and the build; named by every program, so that none exports without
-    it by mistake).  ValueError for a malformed ``listen``.
+    and the build), and ``own`` names the prefixes of the counters and
+    histograms that are the program's (``Collector.own``: its own and its
+    drivers', ``STORE_FAMILIES``); both are named by every program, so that
+    none exports without its process, or with another program's families,
+    by mistake.  ValueError for a malformed ``listen``.
     """
     if listen is None and file is None:
         return None
@@ -190,7 +193,8 @@ def export(listen: str | int | None, file: str | None, interval: float = 5.0,
     import tempfile
 
     folder = tempfile.mkdtemp(prefix="lnk-metrics-")
-    return Exporter(Collector(folder, extra=extra, process=process), address, file, interval, owns_folder=True)
+    collector = Collector(folder, extra=extra, process=process, own=own)
+    return Exporter(collector, address, file, interval, owns_folder=True)
 
 
 # --------------------------------------------------------------------------

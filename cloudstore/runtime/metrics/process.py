@@ -19,10 +19,13 @@ an exporter asks, ``snapshots``, which need nothing but the standard
 library.  So these metrics describe the exporting process alone; its
 drivers come and go, and their counts reach it in snapshots.
 
-``lnk_build_info{version, store_format, reads_from} 1`` names the release
-exporting: the package's version, the store format it writes and the least
-it reads.  The formats are the gate's (``cloudstore.gate.store_format``),
-which sits above this layer, so the program passes them in.
+``lnk_build_info{version, program, store_format, reads_from} 1`` names the
+release and the program exporting: the package's version, the program's
+name (``lnk-store-bridge``, ``lnk-cloud-scheduler``: a bridge and a
+scheduler in one pod share their pod's labels, and a dashboard tells them
+apart by it), the store format it writes and the least it reads.  The
+formats are the gate's (``cloudstore.gate.store_format``), which sits above
+this layer, so the program passes them in, with its name.
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ from ..._version import __version__
 from . import AnyFamily, Family
 
 BUILD_INFO = "lnk_build_info"
-BUILD_HELP = ("The release exporting: the package's version, the store format it writes and the least it reads "
-              "(always 1).")
+BUILD_HELP = ("The release and program exporting: the package's version, the program's name, the store format "
+              "it writes and the least it reads (always 1).")
 
 #: How the kinds the collectors yield are written in the text format 0.0.4 (which has no info type).
 _KINDS = {"counter": "counter", "gauge": "gauge", "info": "gauge"}
@@ -46,11 +49,12 @@ _KINDS = {"counter": "counter", "gauge": "gauge", "info": "gauge"}
 class ProcessMetrics:
     """The exporting process's own families, made again at each call (each scrape)."""
 
-    def __init__(self, store_format: int, reads_from: int) -> None:
+    def __init__(self, program: str, store_format: int, reads_from: int) -> None:
         self._registry = CollectorRegistry(auto_describe=False)
         for make in (ProcessCollector, PlatformCollector, GCCollector):
             make(registry=self._registry)
-        labels = (("version", __version__), ("store_format", str(store_format)), ("reads_from", str(reads_from)))
+        labels = (("version", __version__), ("program", program), ("store_format", str(store_format)),
+                  ("reads_from", str(reads_from)))
         self._build = Family(BUILD_INFO, BUILD_HELP, {labels: 1.0}, kind="gauge")
 
     def __call__(self) -> dict[str, AnyFamily]:

@@ -207,23 +207,39 @@ class Collector:
 
     def __init__(self, folder: str | None, registry: Registry = REGISTRY,
                  extra: Callable[[], Mapping[str, AnyFamily]] | None = None,
-                 process: Callable[[], Mapping[str, AnyFamily]] | None = None) -> None:
+                 process: Callable[[], Mapping[str, AnyFamily]] | None = None,
+                 own: tuple[str, ...] | None = None) -> None:
         self.folder = folder
         self.registry = registry
         self.extra = extra  # the program's families made per scrape (the scheduler's requests and reach)
         self.process = process  # what describes the exporting process itself (process.py), made per scrape
+        #: The name prefixes of the registry's and the snapshots' families this program exports (None: all).
+        self.own = own
         self._lock = threading.Lock()
 
     def families(self) -> dict[str, AnyFamily]:
-        out = self.registry.families()
+        """What one scrape shows: the program's own families of the registry and its drivers' snapshots,
+        what the process says of itself, and the program's families made per scrape.
+
+        The registry holds every family of every module the process imported,
+        and a scheduler with an agent behind a bridge imports the bridge's
+        client, and with it the bridge's counter: ``own`` keeps such a
+        family, which the program never counts in, out of its export.
+        """
+        out = self._owned(self.registry.families())
         if self.process is not None:
             merge(out, self.process())
         if self.extra is not None:
             merge(out, self.extra())
         if self.folder is not None:
             with self._lock:
-                merge(out, self._folder())
+                merge(out, self._owned(self._folder()))
         return out
+
+    def _owned(self, families: dict[str, AnyFamily]) -> dict[str, AnyFamily]:
+        if self.own is None:
+            return families
+        return {name: family for name, family in families.items() if name.startswith(self.own)}
 
     def render(self) -> str:
         return render(self.families())
