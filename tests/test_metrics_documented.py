@@ -36,7 +36,7 @@ def test_the_exporters_names_are_all_found_by_this_test() -> None:
     names = exported_names()
     code_names = set()
     for path in (ROOT / "cloudstore").rglob("*.py"):
-        code_names |= set(re.findall(r'"(lnk_[a-z_]+(?:_total|_unreachable))"', path.read_text()))
+        code_names |= set(re.findall(r'"(lnk_[a-z_]+(?:_total|_unreachable|_seconds))"', path.read_text()))
     assert code_names <= names, code_names - names
     assert {"lnk_scheduler_requests_total", "lnk_scheduler_store_unreachable"} <= names
 

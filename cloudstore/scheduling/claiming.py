@@ -30,6 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from . import fire_times
 from .claim_leases import Claim, Claims, lease_thread
 from .fire import FireCommand
 from .log import log
@@ -266,6 +267,8 @@ class Claimer:
                 return
             with self._lock:
                 self.fired += 1
+            lateness = result.started - due_of(job)
+            fire_times.observe(lateness, result.duration, recovered)
             log(
                 "fired",
                 owner=agent.owner,
@@ -273,7 +276,7 @@ class Claimer:
                 job=job_id,
                 due=job["due"],
                 started=round(result.started, 6),
-                lateness_ms=round((result.started - due_of(job)) * 1000, 3),
+                lateness_ms=round(lateness * 1000, 3),
                 exit=result.exit,
                 duration_ms=round(result.duration * 1000, 3),
                 runner=self.holder,

@@ -24,7 +24,11 @@ job id and runner id (docs/scheduler.md).
 
 Every event is also counted (``lnk_scheduler_events_total{event}``), so the
 runner's metrics export has one counter per kind of line of this log
-without any other part of the scheduler knowing of metrics.
+without any other part of the scheduler knowing of metrics; but for the
+lines in ``NOT_COUNTED``, which say what the runner is (its start, its stop,
+where its metrics are, a setting below the recommended) rather than what
+happened to its jobs and stores: a counter of starts would count each
+process once, which ``process_start_time_seconds`` already says.
 """
 
 from __future__ import annotations
@@ -42,7 +46,9 @@ from ..runtime.metrics import counter
 
 _lock = threading.Lock()
 EVENTS = counter("lnk_scheduler_events_total", "Events of the scheduler's log (fired, claim_failed, lease_lost, "
-                 "recovering, store_error, ...), by event.", ("event",))
+                 "recovering, store_error, ...), by event; not its start, stop and settings lines.", ("event",))
+#: The lines about the runner itself, once a process, which ``EVENTS`` does not count (the module docstring).
+NOT_COUNTED = frozenset({"started", "stopped", "metrics", "lapse_below_recommended", "test_stopping"})
 
 
 class RotatingFile:
@@ -131,7 +137,8 @@ def _write(line: str) -> None:
 
 def log(event: str, **fields: Any) -> None:
     """Write ``{"event": event, **fields, "at": <now>}`` as one line (stderr, or the log file)."""
-    EVENTS.inc(event)
+    if event not in NOT_COUNTED:
+        EVENTS.inc(event)
     record = {"event": event, **fields}
     record.setdefault("at", round(time.time(), 3))
     line = json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
