@@ -471,8 +471,8 @@ class RetryingStore:
     an operation that fails can tell whether it may have changed something:
     any write since it began.  Requests, retries and throttled replies are
     also counted in ``metrics`` (by ``label``, the backend's kind, and the
-    wire op being answered), and each request's time observed there, for
-    the exporters.
+    wire op being answered), and each request's time observed there, by
+    its kind (get, put, delete, list), for the exporters.
     """
 
     def __init__(self, backend: Backend, policy: RetryPolicy = RetryPolicy(), die_at: int | None = None) -> None:
@@ -499,8 +499,9 @@ class RetryingStore:
 
     # -- plumbing
 
-    def _request(self, fn: Callable[[], T], is_write: bool = False) -> T:
-        """One backend request, counted; a write not refused by the store counts as a change."""
+    def _request(self, kind: metrics.RequestKind, fn: Callable[[], T], is_write: bool = False) -> T:
+        """One backend request of ``kind`` (``metrics.REQUEST_KINDS``: get, put, delete, list), counted and
+        timed; a write not refused by the store counts as a change."""
         left = op_time_left()
         if left is not None and left <= 0:  # the op's time is spent: send nothing more, a write least of all
             request = "write" if is_write else "request"
@@ -523,7 +524,7 @@ class RetryingStore:
             self._changed(is_write)  # it may have landed
             raise
         finally:
-            metrics.REQUEST_SECONDS.observe(time.perf_counter() - sent, self.label, op)
+            metrics.REQUEST_SECONDS.observe(time.perf_counter() - sent, self.label, op, kind)
         self._changed(is_write)
         return result
 
@@ -579,7 +580,7 @@ class RetryingStore:
         def fetch() -> tuple[bytes, str] | None:
             return self.backend.get(key) if raw_head is None else self.backend.get(key, raw_head)
 
-        got = self._retry(lambda: self._request(fetch), False, "get")
+        got = self._retry(lambda: self._request("get", fetch), False, "get")
         if got is None:
             return None
         raw, version = got
@@ -589,12 +590,12 @@ class RetryingStore:
     def list(self, prefix: str, start_after: str | None = None, limit: int | None = None) -> list[Listed]:
         """Keys under ``prefix`` after ``start_after`` in byte order, at most ``limit``."""
         return self._retry(
-            lambda: self._request(lambda: list(self.backend.list(prefix, start_after, limit))), False, "list"
+            lambda: self._request("list", lambda: list(self.backend.list(prefix, start_after, limit))), False, "list"
         )
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         """Distinct next path parts below ``prefix``, sorted."""
-        return self._retry(lambda: self._request(lambda: self.backend.list_dirs(prefix)), False, "list")
+        return self._retry(lambda: self._request("list", lambda: self.backend.list_dirs(prefix)), False, "list")
 
     # -- writes
 
@@ -616,7 +617,7 @@ class RetryingStore:
             """A refusal of our write: another's win, unless a try whose reply was lost was ours."""
             if not maybe_landed[0]:
                 raise refused
-            current = self._request(lambda: self.backend.get(key))
+            current = self._request("get", lambda: self.backend.get(key))
             fate = own_write_fate(nonce, mode, None if current is None else current[0])
             if fate is None:
                 raise StoreUnavailable(
@@ -634,7 +635,7 @@ class RetryingStore:
                 except (AlreadyExists, PreconditionFailed) as refused:
                     return judged(refused)
             try:
-                return self._request(lambda: self.backend.put(key, raw, mode), is_write=True)
+                return self._request("put", lambda: self.backend.put(key, raw, mode), is_write=True)
             except Throttled:
                 throttled[0] = True
                 raise  # refused before it was applied: not a write that may have landed
@@ -663,7 +664,7 @@ class RetryingStore:
         """
         if isinstance(mode, Overwrite):
             return
-        current = self._request(lambda: self.backend.get(key, FRAME_MAX))
+        current = self._request("get", lambda: self.backend.get(key, FRAME_MAX))
         if isinstance(mode, Create) and current is not None:
             raise AlreadyExists(f"{key}: written by another while this create waited out a throttle")
         if isinstance(mode, Update) and (current is None or current[1] != mode.version):
@@ -690,7 +691,8 @@ class RetryingStore:
             payload, nonce = make(), new_nonce()
             made.append((payload, nonce))
             try:
-                return self._request(lambda: self.backend.put(key, frame(nonce, payload), Overwrite()), is_write=True)
+                return self._request("put", lambda: self.backend.put(key, frame(nonce, payload), Overwrite()),
+                                     is_write=True)
             except Throttled as exc:
                 if wait_throttles:
                     raise
@@ -714,7 +716,7 @@ class RetryingStore:
 
         def attempt() -> bool:
             try:
-                self._request(lambda: self.backend.delete(key, version), is_write=True)
+                self._request("delete", lambda: self.backend.delete(key, version), is_write=True)
                 return True
             except Throttled:
                 raise  # refused before it was applied

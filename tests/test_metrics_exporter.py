@@ -129,7 +129,10 @@ def test_the_bridge_serves_its_process_build_and_latencies_to_a_prometheus_parse
     assert sample(ops, "lnk_store_op_duration_seconds_bucket", backend="file", op="append", le="+Inf") == 2
     requests = found["lnk_store_request_duration_seconds"]
     assert requests.type == "histogram"
-    assert sample(requests, "lnk_store_request_duration_seconds_count", backend="file", op="append") \
+    timed = [s for s in requests.samples if s.name == "lnk_store_request_duration_seconds_count"
+             and s.labels["op"] == "append"]  # one a kind of request (get, put, ...)
+    assert {s.labels["request"] for s in timed} <= {"get", "put", "delete", "list"}
+    assert sum(s.value for s in timed) \
         == sample(found["lnk_store_requests"], "lnk_store_requests_total", backend="file", op="append") > 0
 
 

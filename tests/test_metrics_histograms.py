@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -47,9 +48,14 @@ def machines(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRe
     group.close()
 
 
+def timed_by_kind(op: str) -> dict[str, int]:
+    """This process's requests timed for backend file and ``op``, by kind (get, put, delete, list)."""
+    return {kind: metrics.REQUEST_SECONDS.value("file", op, kind).count for kind in metrics.REQUEST_KINDS}
+
+
 def counts(op: str) -> tuple[int, int, float]:
     """This process's ops timed, requests timed and requests counted, for backend file and ``op``."""
-    return (metrics.OP_SECONDS.value("file", op).count, metrics.REQUEST_SECONDS.value("file", op).count,
+    return (metrics.OP_SECONDS.value("file", op).count, sum(timed_by_kind(op).values()),
             metrics.REQUESTS.value("file", op))
 
 
@@ -57,21 +63,24 @@ def counts(op: str) -> tuple[int, int, float]:
 # In process, on the local folder: against the requests the backend saw
 
 
+#: Ops of every kind of request, answered by one machine in turn (op, its arguments).
+STEPS = [
+    ("append", {"thread": "t", "event": {"seq": 1}}),
+    ("append", {"thread": "t", "event": {"seq": 2}}),
+    ("append", {"thread": "t", "event": {"seq": 2}}),  # taken: answered all the same
+    ("last", {"thread": "t"}),
+    ("read", {"thread": "t", "first": 1}),
+    ("threads", {}),  # reads on the space's pool threads count for the op
+    ("file_write", {"path": "skills/x", "data": b64(b"one"), "version": 0}),
+    ("file_write", {"path": "../escape", "data": b64(b"x"), "version": 0}),  # refused: no request, one op
+    ("file_read", {"path": "skills/x"}),
+    ("nonsense", {}),  # no op of the table: counted as op ""
+]
+
+
 def test_each_op_is_timed_once_and_each_request_the_store_saw(machines: Machines) -> None:
     a = machines("A")
-    steps = [
-        ("append", {"thread": "t", "event": {"seq": 1}}),
-        ("append", {"thread": "t", "event": {"seq": 2}}),
-        ("append", {"thread": "t", "event": {"seq": 2}}),  # taken: answered all the same
-        ("last", {"thread": "t"}),
-        ("read", {"thread": "t", "first": 1}),
-        ("threads", {}),  # reads on the space's pool threads count for the op
-        ("file_write", {"path": "skills/x", "data": b64(b"one"), "version": 0}),
-        ("file_write", {"path": "../escape", "data": b64(b"x"), "version": 0}),  # refused: no request, one op
-        ("file_read", {"path": "skills/x"}),
-        ("nonsense", {}),  # no op of the table: counted as op ""
-    ]
-    for op, args in steps:
+    for op, args in STEPS:
         name = op if op != "nonsense" else ""
         before, calls = counts(name), len(a.backend.calls)
         a(op, **args)
@@ -79,7 +88,20 @@ def test_each_op_is_timed_once_and_each_request_the_store_saw(machines: Machines
         seen = len(a.backend.calls) - calls
         assert ops == 1, f"{op}: timed {ops} times"
         assert timed == counted == seen, f"{op}: {timed} requests timed, {counted} counted, {seen} at the store"
-    assert metrics.REQUEST_SECONDS.value("file", "append").count > 0
+    assert metrics.REQUEST_SECONDS.value("file", "append", "put").count > 0
+
+
+def test_each_request_is_timed_under_its_kind_as_the_store_saw_it(machines: Machines) -> None:
+    """A listing and a get take their own times: each request is timed under the kind the backend was asked."""
+    a = machines("A")
+    for op, args in STEPS:
+        name = op if op != "nonsense" else ""
+        before, calls = timed_by_kind(name), len(a.backend.calls)
+        a(op, **args)
+        seen = Counter("list" if call.op == "list_dirs" else call.op for call in a.backend.calls[calls:])
+        timed = Counter({kind: n - before[kind] for kind, n in timed_by_kind(name).items()})
+        assert +timed == seen, f"{op}: timed {dict(timed)}, the store saw {dict(seen)}"
+    assert all(metrics.REQUEST_SECONDS.value("file", "threads", kind).count for kind in ("get", "list"))
 
 
 def test_a_request_that_failed_and_its_retry_are_each_timed(machines: Machines) -> None:
@@ -168,7 +190,7 @@ from cloudstore.runtime.metrics import REQUEST_SECONDS
 from cloudstore.runtime.metrics.snapshots import SnapshotWriter
 for op, values in {seconds!r}.items():
     for value in values:
-        REQUEST_SECONDS.observe(value, "file", op)
+        REQUEST_SECONDS.observe(value, "file", op, "get")
 w = SnapshotWriter({str(folder)!r}, {program!r})
 w.flush()
 print(w.path)
@@ -208,7 +230,8 @@ def test_a_dead_processs_histogram_is_folded_into_the_archive_as_its_counters_ar
     assert sorted(archive["folded"]) == sorted([one.name, two.name])
     folded = {tuple(sorted(labels.items())): (counts, s) for labels, counts, s in
               archive["histograms"][REQUESTS]["samples"]}
-    assert sum(folded[(("backend", "file"), ("op", "append"))][0]) == 4, "the dead ones' 3 + 1, not the live one's"
+    append = (("backend", "file"), ("op", "append"), ("request", "get"))
+    assert sum(folded[append][0]) == 4, "the dead ones' 3 + 1, not the live one's"
     assert archive["histograms"][REQUESTS]["bounds"] == list(metrics.LATENCY_BUCKETS)
 
     # A crash between writing the archive and removing a folded snapshot must not count it twice.

@@ -44,6 +44,7 @@ import threading
 import time
 from bisect import bisect_left
 from collections.abc import Iterator
+from typing import Literal, get_args
 
 Labels = tuple[tuple[str, str], ...]  # (name, value) pairs, in the family's label order
 Samples = dict[Labels, float]
@@ -315,11 +316,18 @@ REPLIES = counter(
     ("backend", "op", "reply"),
 )
 
+#: The kinds of backend request (``REQUEST_SECONDS``'s ``request`` label): a bucket answers each at its own
+#: pace (a listing of a page of keys takes longer than a get of one), so one histogram of them all would show
+#: neither's time; a fixed set, which the type checker holds the seam to, so the label stays bounded.
+RequestKind = Literal["get", "put", "delete", "list"]
+REQUEST_KINDS: tuple[RequestKind, ...] = get_args(RequestKind)
+
 REQUEST_SECONDS = histogram(
     "lnk_store_request_duration_seconds",
     "Seconds each backend (bucket or folder) request took, from sent to answered or failed, by the wire op "
-    "being answered (op \"\" outside any op): one observation per request lnk_store_requests_total counts.",
-    ("backend", "op"),
+    "being answered (op \"\" outside any op) and the request's kind (get, put, delete, list): one observation "
+    "per request lnk_store_requests_total counts.",
+    ("backend", "op", "request"),
 )
 OP_SECONDS = histogram(
     "lnk_store_op_duration_seconds",
