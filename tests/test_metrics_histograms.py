@@ -16,8 +16,9 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from faults.backend import Fault
@@ -31,6 +32,7 @@ from cloudstore.runtime.metrics.snapshots import ARCHIVE, METRICS_DIR, Collector
 
 OPS = "lnk_store_op_duration_seconds"
 REQUESTS = "lnk_store_request_duration_seconds"
+T = TypeVar("T")
 
 
 def b64(data: bytes) -> str:
@@ -78,14 +80,20 @@ STEPS = [
 ]
 
 
-def test_each_op_is_timed_once_and_each_request_the_store_saw(machines: Machines) -> None:
-    a = machines("A")
+def each_step(a: Any, measure: Callable[[str], T]) -> Iterator[tuple[str, T, T, list[Any]]]:
+    """Each of ``STEPS`` answered by machine ``a``: the op, ``measure`` of its name (as counted: "" for one
+    not in the table) before and after it, and the requests the store saw for it."""
     for op, args in STEPS:
         name = op if op != "nonsense" else ""
-        before, calls = counts(name), len(a.backend.calls)
+        before, calls = measure(name), len(a.backend.calls)
         a(op, **args)
-        ops, timed, counted = (after - was for after, was in zip(counts(name), before, strict=True))
-        seen = len(a.backend.calls) - calls
+        yield op, before, measure(name), a.backend.calls[calls:]
+
+
+def test_each_op_is_timed_once_and_each_request_the_store_saw(machines: Machines) -> None:
+    for op, before, now, calls in each_step(machines("A"), counts):
+        ops, timed, counted = (after - was for after, was in zip(now, before, strict=True))
+        seen = len(calls)
         assert ops == 1, f"{op}: timed {ops} times"
         assert timed == counted == seen, f"{op}: {timed} requests timed, {counted} counted, {seen} at the store"
     assert metrics.REQUEST_SECONDS.value("file", "append", "put").count > 0
@@ -93,13 +101,9 @@ def test_each_op_is_timed_once_and_each_request_the_store_saw(machines: Machines
 
 def test_each_request_is_timed_under_its_kind_as_the_store_saw_it(machines: Machines) -> None:
     """A listing and a get take their own times: each request is timed under the kind the backend was asked."""
-    a = machines("A")
-    for op, args in STEPS:
-        name = op if op != "nonsense" else ""
-        before, calls = timed_by_kind(name), len(a.backend.calls)
-        a(op, **args)
-        seen = Counter("list" if call.op == "list_dirs" else call.op for call in a.backend.calls[calls:])
-        timed = Counter({kind: n - before[kind] for kind, n in timed_by_kind(name).items()})
+    for op, before, now, calls in each_step(machines("A"), timed_by_kind):
+        seen = Counter("list" if call.op == "list_dirs" else call.op for call in calls)
+        timed = Counter({kind: n - before[kind] for kind, n in now.items()})
         assert +timed == seen, f"{op}: timed {dict(timed)}, the store saw {dict(seen)}"
     assert all(metrics.REQUEST_SECONDS.value("file", "threads", kind).count for kind in ("get", "list"))
 
