@@ -218,7 +218,7 @@ def test_idle_connections_to_the_schedulers_metrics_port_leave_it_serving_and_fi
         wait_for(lambda: idle.closed_by_server() >= IDLE - metrics.MAX_CONNECTIONS, 60,
                  "the oldest idle connections past the cap to be closed")
         samples = scrape(port)
-        assert metrics.total(samples, "lnk_scheduler_events_total", event="started") == 1
+        assert metrics.total(samples, "lnk_build_info", program="lnk-cloud-scheduler") == 1
         # The runner still fires a job put while the connections are held.
         with ServeProcess("lnk-bucket-store", env) as store:
             job: dict[str, Any] = {"id": "j1", "spec": "payload-1", "due": time.time()}
