@@ -91,6 +91,9 @@ CALL_SECONDS = metrics.histogram(
     "or failure, by op: what the caller waits beyond its proof and request, one observation per call "
     "lnk_bridge_calls_total counts with an op (not \"\", refused before the check).",
     ("op",),
+    # The drivers' bounds, then a call's default limit (call_timeout, 30 s) and that plus the wait for a
+    # free driver (as long again): a call the bridge stopped is counted in a bucket of its own, not in +Inf.
+    (*metrics.LATENCY_BUCKETS, 30.0, 60.0),
 )
 
 
