@@ -31,6 +31,7 @@ from test_metrics import _bridge, _stop, scheduler_firing, short_dir  # noqa: F4
 
 import cloudstore.bridge.server  # noqa: F401  (the bridge's families register on import, as in a scheduler)
 from cloudstore.bridge import BridgeClient
+from cloudstore.protocol.service import OPS
 from cloudstore.runtime import metrics
 from cloudstore.runtime.metrics.exposition import render
 from cloudstore.runtime.metrics.snapshots import Collector, SnapshotWriter
@@ -257,6 +258,7 @@ def test_the_bridge_exports_its_own_families_and_true_histograms(short_dir: Path
         assert client.op("last", thread="t") == {"reply": "last", "last": 3}
         assert client.op("read", thread="t", first=1)["reply"] == "events"
         assert client.op("threads")["reply"] == "threads"
+        assert client.op("made_up_op")["reply"] == "error"  # a caller's string: never a label
     finally:
         _stop(proc)
     found = strict(prom.read_text())  # written a last time after the drivers ended: their last snapshots are in
@@ -274,6 +276,10 @@ def test_the_bridge_exports_its_own_families_and_true_histograms(short_dir: Path
         assert total(ops, "lnk_store_op_duration_seconds_count", backend="file", op=op) == n, op
     for (_, labels), n in counted.samples.items():  # every request counted was timed, under the same op
         assert total(requests, "lnk_store_request_duration_seconds_count", **dict(labels)) == n > 0, labels
+    # Bounded label sets: an op from the table (or "", "other"), a request of the four kinds.
+    seen = {(k, v) for fam in found.values() if fam.name.startswith("lnk_") for _, ls in fam.samples for k, v in ls}
+    assert {v for k, v in seen if k == "op"} <= set(OPS) | {"", "other"}, seen
+    assert {v for k, v in seen if k == "request"} == {"get", "put", "list"}, "this walk deletes nothing"
 
 
 def test_the_scheduler_exports_its_fires_and_no_bridge_family(tmp_path: Path) -> None:
