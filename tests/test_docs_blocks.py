@@ -3,7 +3,10 @@
 Every ```python block of README.md and docs/api.md runs on a folder store,
 TWICE on the same folder, so an example a reader runs again works again (on
 eafe802 docs/api.md's sync example stopped at a bare ``AssertionError`` on
-its second run).  The shell blocks that need no cloud run too: the
+its second run), and every line it prints is what its ``# ->`` comment says,
+on both runs (on c81d270 the README's ``# FileWrite(wrote=True, version=1)``
+was wrong on a second run: a comment on a ``print`` line must be a ``# ->``
+one, so that what it says is checked).  The shell blocks that need no cloud run too: the
 bridge's metrics demo (its output compared with the README's sample) and the
 JSON log line of a driver.  The examples keep their stores under ``$HOME``, a
 folder that is the reader's own (issue 43: a folder in ``/tmp`` may have been
@@ -51,6 +54,30 @@ def following_block(doc: str, block: str) -> str:
     return m.group(1)
 
 
+#: A ``print`` line's claim of what it prints: ``# -> OUTPUT``, an explanation after two spaces.
+CLAIM = re.compile(r"\s#\s->\s(.*)$")
+#: Any other comment after a ``print(...)``: a claim nobody checks.
+UNCHECKED = re.compile(r"\)\s+#\s(?!->)")
+#: The reader's home as the docs show it in a claim (``<Store file:///home/me/...>``).
+DOCS_HOME = "/home/me"
+
+
+def print_claims(block: str) -> list[str | None]:
+    """For each ``print`` line of ``block``, in order, the line it says it prints (None: it says nothing).
+
+    Each ``print`` of an example runs once and prints one line, so the n-th
+    line printed is the n-th ``print``'s.
+    """
+    claims: list[str | None] = []
+    for line in block.splitlines():
+        if not re.match(r"\s*print\(", line):
+            continue
+        assert not UNCHECKED.search(line), f"a print line's comment that is no '# ->' claim: {line.strip()}"
+        found = CLAIM.search(line)
+        claims.append(re.split(r"\s{2,}", found.group(1).strip())[0] if found else None)
+    return claims
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -63,12 +90,19 @@ def test_python_blocks_run_twice_on_a_folder_store(doc: str, tmp_path: Path) -> 
     assert found, f"{doc} has no python block"
     for block in found:
         assert API_DEMO in block or "cloudstore" not in block, "an example on a store other than the folder"
+    claims = [print_claims(block) for block in found]
+    assert any(c is not None for block in claims for c in block), f"{doc} says nothing a run prints"
     for run in (1, 2):
         for i, block in enumerate(found):
             done = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=120,
                                   cwd=tmp_path, env=home_env(tmp_path))
             assert done.returncode == 0, f"{doc} block {i + 1}, run {run}:\n{done.stderr[-3000:]}"
             assert "Traceback" not in done.stderr
+            printed = done.stdout.splitlines()
+            assert len(printed) == len(claims[i]), (doc, i + 1, run, printed)
+            for line, claim in zip(printed, claims[i], strict=True):
+                if claim is not None:
+                    assert line == claim.replace(DOCS_HOME, str(tmp_path)), f"{doc} block {i + 1}, run {run}"
     assert (tmp_path / "lnk-api-demo").is_dir(), "the examples' store is not under $HOME"
 
 
