@@ -153,6 +153,57 @@ def test_the_bridge_metrics_demo_prints_the_readmes_sample(tmp_path: Path) -> No
         assert key in line, (key, line)
 
 
+def admin_sample(text: str, before: str) -> str:
+    """The plain ``` block of docs/admin.md that follows the words ``before``."""
+    m = re.search(re.escape(before) + r"\s*```\n(.*?)^```", text, re.S | re.M)
+    assert m, f"docs/admin.md has no sample after {before!r}"
+    return m.group(1)
+
+
+def admin_run(*args: str, home: Path) -> str:
+    """``lnk-store-admin ARGS`` on the test's home, its stdout."""
+    done = subprocess.run([sys.executable, "-m", "cloudstore.admin.cli", *args], capture_output=True, text=True,
+                          timeout=120, cwd=home, env=home_env(home))
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def normalised(out: str, home: Path) -> str:
+    """What a run of the admin tool prints, less what differs between runs: the time a lease has left, an age,
+    bytes (a lease's, a mark's), the release that wrote the format record; the docs' home as the test's."""
+    out = out.replace(DOCS_HOME, str(home))
+    out = re.sub(r"\(\d+\.\ds left\)", "(Ns left)", out)
+    out = re.sub(r"unchanged for \d+ s", "unchanged for N s", out)
+    out = re.sub(r"\s+\d+ bytes", " N bytes", out)
+    return re.sub(r"written by cloudstore \S+", "written by cloudstore V", out).strip()
+
+
+def test_the_admin_guides_samples_are_what_the_tool_prints(tmp_path: Path) -> None:
+    """docs/admin.md's store to try it on, then its ``inspect`` sample, its ``gc --apply --min-age 0`` sample
+    and the count after it: what the tool prints today (issue 46, item 7: on c81d270 the sample's totals no
+    longer matched, the claim index was never shown, and the file ledger was counted as ``other``)."""
+    text = (ROOT / "docs/admin.md").read_text()
+    demo = blocks("docs/admin.md", "sh")[0]
+    assert "lnk-bucket-store call" in demo and SHELL_DEMO in demo
+    done = subprocess.run(["bash", "-e", "-c", demo], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=home_env(tmp_path))
+    assert done.returncode == 0 and '"error"' not in done.stdout, done.stdout + done.stderr
+    url = f"file://{tmp_path}/lnk-demo"
+
+    shown = admin_run("inspect", url, home=tmp_path)
+    assert normalised(shown, tmp_path) == normalised(admin_sample(text, "Example output, on the store above:"),
+                                                     tmp_path)
+    kinds = json.loads(admin_run("inspect", url, "--json", home=tmp_path))["totals"]["kinds"]
+    assert kinds["ledger"]["objects"] == 1 and kinds["claim"]["objects"] == 1 and "other" not in kinds, kinds
+
+    applied = admin_run("gc", url, "--apply", "--min-age", "0", home=tmp_path)
+    assert normalised(applied, tmp_path) == normalised(admin_sample(text, "`--apply --min-age 0` prints"), tmp_path)
+    said = re.search(r"and `inspect` then counts (\d+) objects, one head", text)
+    assert said, "docs/admin.md no longer says what inspect counts after gc"
+    after = json.loads(admin_run("inspect", url, "--json", home=tmp_path))["totals"]
+    assert after["objects"] == int(said.group(1)) and after["kinds"]["head"]["objects"] == 1, after
+
+
 def test_no_example_keeps_a_store_in_a_folder_others_may_have_made() -> None:
     """Issue 43: the docs' stores are the reader's own, never a fixed name in ``/tmp`` that another local
     user could have made first (``mkdir -p`` says nothing then, and the folder store refuses it)."""
