@@ -43,9 +43,8 @@ def loop() -> Any:
     running.stop()
 
 
-def moto_in_env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+def moto_in_env(moto: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The session's moto server, its settings laid into this process's environment."""
-    moto = request.getfixturevalue("moto_server")
     for key, value in moto.env.items():
         monkeypatch.setenv(key, value)
     return moto
@@ -95,11 +94,11 @@ def test_a_folder_that_does_not_exist_is_refused_as_the_driver_refuses_it(flavou
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
-def test_a_missing_bucket_names_the_url_not_a_setting(flavour: str, request: pytest.FixtureRequest,
+def test_a_missing_bucket_names_the_url_not_a_setting(flavour: str, moto_server: Any,
                                                       monkeypatch: pytest.MonkeyPatch, loop: Loop) -> None:
     """A bucket that does not exist: ``StoreNotFoundError`` naming the URL the caller passed and the endpoint,
     not "check the setting LNK_BUCKET_URL" (the driver's words, of a setting an API user never set)."""
-    moto = moto_in_env(request, monkeypatch)
+    moto = moto_in_env(moto_server, monkeypatch)
     monkeypatch.delenv("LNK_BUCKET_URL")
     url = f"s3://missing-{uuid.uuid4().hex[:12]}/some/prefix"
     error = first_call_fails(open_store(flavour, url, loop), StoreNotFoundError)
@@ -114,14 +113,14 @@ def test_a_missing_bucket_names_the_url_not_a_setting(flavour: str, request: pyt
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
-def test_a_store_failure_is_an_oserror_naming_the_store_and_its_endpoint(flavour: str, request: pytest.FixtureRequest,
+def test_a_store_failure_is_an_oserror_naming_the_store_and_its_endpoint(flavour: str, moto_server: Any,
                                                                          monkeypatch: pytest.MonkeyPatch,
                                                                          loop: Loop) -> None:
     """The store refuses every read (403 at the proxy): ``FailedError``, an ``OSError`` whose text names the URL
     and the endpoint; its ``message`` stays the driver's words, which name neither."""
     from faults.http_proxy import FaultProxy, Rule
 
-    moto = moto_in_env(request, monkeypatch)
+    moto = moto_in_env(moto_server, monkeypatch)
     url = f"s3://{moto.bucket}/{uuid.uuid4().hex[:12]}"
     with FaultProxy(moto.env["AWS_ENDPOINT_URL_S3"], flavor="s3") as proxy:
         proxy.add(Rule("fail", method="GET", status=403, times=1_000_000))

@@ -21,9 +21,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -202,6 +204,54 @@ def test_the_admin_guides_samples_are_what_the_tool_prints(tmp_path: Path) -> No
     assert said, "docs/admin.md no longer says what inspect counts after gc"
     after = json.loads(admin_run("inspect", url, "--json", home=tmp_path))["totals"]
     assert after["objects"] == int(said.group(1)) and after["kinds"]["head"]["objects"] == 1, after
+
+
+@pytest.mark.slow  # starts every emulator, SeaweedFS included
+def test_pasting_what_emulators_py_prints_points_the_drivers_at_moto(tmp_path: Path) -> None:
+    """``python tests/emulators.py`` prints settings to paste (README, "Developing"): pasted whole, they reach
+    fake-gcs-server and moto, whose names head them; SeaweedFS's come under names of their own, and the line it
+    prints to switch to SeaweedFS does.  On c81d270 SeaweedFS's lines came last under the same names, so a
+    paste pointed the drivers at SeaweedFS."""
+    from emulators import READY, seaweed_binary
+
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "emulators.py")], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True, cwd=tmp_path)
+    watchdog = threading.Timer(180, proc.kill)  # a hung start ends the read below (and fails it), never the run
+    watchdog.start()
+    printed: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.rstrip("\n") == READY:
+                break
+            printed.append(line)
+        else:
+            pytest.fail(f"emulators.py ended before it said it was ready: {printed}")
+    finally:
+        watchdog.cancel()
+        proc.send_signal(signal.SIGINT)  # it stops its emulators, then exits
+        proc.wait(60)
+    text = "".join(printed)
+    moto = re.search(r"^# moto\n(?:export .*\n)*?export AWS_ENDPOINT_URL_S3=(\S+)", text, re.M)
+    assert moto, text
+
+    def pasted(extra: str = "") -> dict[str, str]:
+        done = subprocess.run(["bash", "-e", "-c", f"{text}\n{extra}\nenv"], capture_output=True, text=True,
+                              timeout=60, env={"PATH": os.environ["PATH"]})
+        assert done.returncode == 0, done.stderr
+        return dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+
+    env = pasted()
+    assert env["AWS_ENDPOINT_URL_S3"] == moto.group(1) and env["AWS_ACCESS_KEY_ID"] == "testing", text
+    assert env["LNK_GCS_URL"].startswith("gs://") and env["STORAGE_EMULATOR_HOST"].startswith("http://127.0.0.1:")
+    if seaweed_binary() is None:
+        return
+    seaweed = env["SEAWEEDFS_AWS_ENDPOINT_URL_S3"]
+    assert seaweed != moto.group(1) and seaweed.startswith("http://127.0.0.1:"), text
+    switch = re.search(r"^#   (export AWS_ENDPOINT_URL_S3=.*)$", text, re.M)
+    assert switch, text
+    switched = pasted(switch.group(1))
+    assert switched["AWS_ENDPOINT_URL_S3"] == seaweed and switched["AWS_ACCESS_KEY_ID"] != "testing", switched
 
 
 def test_no_example_keeps_a_store_in_a_folder_others_may_have_made() -> None:
