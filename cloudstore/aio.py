@@ -1,6 +1,6 @@
 """The asyncio flavour of the Python API: ``await cloudstore.aio.open(url)``, the same methods as coroutines.
 
-    async with cloudstore.aio.open("file:///tmp/lnk-bucket") as store:
+    async with cloudstore.aio.open("file:///home/me/lnk-bucket", create=True) as store:
         me = store.agent("o1", "a1")
         await me.append("t1", {"seq": 1})
 
