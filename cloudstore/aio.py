@@ -271,7 +271,7 @@ async def _open(url: str, create: bool, endpoint_url: str | None, region_name: s
             except ImportError as exc:
                 raise MissingExtra(ASYNC_EXTRA_NEEDED) from exc
             except Exception as exc:  # noqa: BLE001 - no credentials, a bad endpoint...
-                raise opening_failed(exc) from exc
+                raise opening_failed(exc, location) from exc
             on_close: Callable[[], None] | None = None
         else:
             backend = await loop.run_in_executor(executor, open_sync_backend, location, client_args, create)

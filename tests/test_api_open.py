@@ -94,6 +94,14 @@ def test_a_folder_that_does_not_exist_is_refused_as_the_driver_refuses_it(flavou
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_store_that_cannot_be_opened_is_named_by_its_url(flavour: str, loop: Loop) -> None:
+    """An SDK that refuses to open (boto3: an endpoint that is no URL) says which of a program's stores it was."""
+    with pytest.raises(LocationError, match="cannot be opened") as caught:
+        open_store(flavour, "s3://some-bucket/the/prefix", loop, endpoint_url="not-a-url", region_name="us-east-1")
+    assert "s3://some-bucket/the/prefix" in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
 def test_a_missing_bucket_names_the_url_not_a_setting(flavour: str, moto_server: Any,
                                                       monkeypatch: pytest.MonkeyPatch, loop: Loop) -> None:
     """A bucket that does not exist: ``StoreNotFoundError`` naming the URL the caller passed and the endpoint,

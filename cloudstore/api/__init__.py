@@ -697,10 +697,11 @@ def check_create(location: Location, create: bool) -> None:
         raise ArgumentError(f"create=True applies to file:// stores only: buckets are never made ({url_of(location)})")
 
 
-def opening_failed(exc: Exception) -> LocationError:
-    """An SDK or folder failure while opening, said as the driver says it (its kind, not its detail)."""
+def opening_failed(exc: Exception, location: Location) -> LocationError:
+    """An SDK or folder failure while opening, said as the driver says it (its kind, not its detail), with the
+    URL the caller passed (``url_of``: never a credential), which a program opening several stores needs."""
     why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
-    return LocationError(f"the store URL names a store that cannot be opened: {why}")
+    return LocationError(f"the store URL {url_of(location)} names a store that cannot be opened: {why}")
 
 
 def open_sync_backend(location: Location, client_args: Mapping[str, str], create: bool = False) -> Backend:
@@ -726,7 +727,7 @@ def open_sync_backend(location: Location, client_args: Mapping[str, str], create
     except SettingError as exc:  # a folder another user controls (local.py): its words name the rule
         raise LocationError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a folder that cannot be made, an SDK that finds no credentials
-        raise opening_failed(exc) from exc
+        raise opening_failed(exc, location) from exc
 
 
 def close_backend(backend: Backend) -> None:
