@@ -41,7 +41,7 @@ def per_op(count: int, work: Callable[[int], object]) -> float:
 
 def one_round(folder: str, events: int, figures: dict[str, list[float]]) -> None:
     """One round of each figure, on new stores below ``folder``."""
-    with cloudstore.open(f"file://{folder}-api") as store:
+    with cloudstore.open(f"file://{folder}-api", create=True) as store:  # a new folder: the API makes it only if asked
         me = store.agent("o1", "a1")
         last = max(1, events // 50)
         figures["append"].append(per_op(events, lambda i: me.append(f"t{i % 50}", {"seq": i // 50 + 1})))

@@ -16,11 +16,24 @@ if TYPE_CHECKING:
     from .api import Store
 
 
-def open(url: str, **settings: Any) -> Store:  # noqa: A001 - cloudstore.open, as io.open / gzip.open
-    """Open the store ``url`` names (``file://``, ``s3://``, ``gs://``); see ``cloudstore.api.open``."""
+def open(  # noqa: A001 - cloudstore.open, as io.open / gzip.open
+    url: str, *, create: bool = False, endpoint_url: str | None = None, region_name: str | None = None,
+    concurrency: int = 8,
+) -> Store:
+    """Open the store ``url`` names: ``file:///ABSOLUTE/FOLDER``, ``s3://BUCKET[/PREFIX]``, ``gs://BUCKET[/PREFIX]``.
+
+    ``create=True`` makes a ``file://`` folder that does not exist (without it,
+    such a folder is refused, as the drivers refuse it; buckets are never
+    made); ``endpoint_url`` / ``region_name`` override the environment's for
+    ``s3://``; ``concurrency`` bounds the calls that run at once (8, the
+    API's ``DEFAULT_CONCURRENCY``).  The keywords are spelt out here, not
+    passed through as ``**settings``: this package is typed (``py.typed``),
+    and a checker or ``help()`` should show them.  See ``cloudstore.api.open``.
+    """
     from .api import open as open_store
 
-    return open_store(url, **settings)
+    return open_store(url, create=create, endpoint_url=endpoint_url, region_name=region_name,
+                      concurrency=concurrency)
 
 
 def __getattr__(name: str) -> Any:

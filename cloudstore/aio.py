@@ -1,6 +1,6 @@
 """The asyncio flavour of the Python API: ``await cloudstore.aio.open(url)``, the same methods as coroutines.
 
-    async with cloudstore.aio.open("file:///tmp/lnk-bucket") as store:
+    async with cloudstore.aio.open("file:///home/me/lnk-bucket", create=True) as store:
         me = store.agent("o1", "a1")
         await me.append("t1", {"seq": 1})
 
@@ -60,12 +60,15 @@ from .api import (
     Place,
     ThreadInfo,
     Took,
+    check_create,
+    checked_keywords,
     close_backend,
     location_of,
     open_sync_backend,
     opening_failed,
     ops,
     s3_client_args,
+    store_repr,
     who,
 )
 from .errors import ClosedError, CloudstoreError
@@ -218,8 +221,9 @@ async def _open_aio_s3(location: Location, client_args: Mapping[str, str],
 class _Opening:
     """What ``open`` returns: awaited, the store; used with ``async with``, the store, closed at the end."""
 
-    def __init__(self, url: str, endpoint_url: str | None, region_name: str | None, concurrency: int) -> None:
-        self._args = (url, endpoint_url, region_name, concurrency)
+    def __init__(self, url: str, create: bool, endpoint_url: str | None, region_name: str | None,
+                 concurrency: int) -> None:
+        self._args = (url, create, endpoint_url, region_name, concurrency)
         self._store: AsyncStore | None = None
 
     def __await__(self) -> Generator[Any, None, AsyncStore]:
@@ -234,26 +238,29 @@ class _Opening:
             await self._store.aclose()
 
 
-def open(url: str, *, endpoint_url: str | None = None, region_name: str | None = None,
+def open(url: str, *, create: bool = False, endpoint_url: str | None = None, region_name: str | None = None,
          concurrency: int = DEFAULT_CONCURRENCY) -> _Opening:
     """Open the store ``url`` names, for asyncio: ``await open(url)`` or ``async with open(url) as store``.
 
     The same URLs, settings and errors as ``cloudstore.open``: settings from
     the environment as the drivers read them, ``endpoint_url`` /
-    ``region_name`` overriding them for ``s3://``; ``LocationError`` for a
-    URL or store that cannot be opened.  ``s3://`` does its I/O on
+    ``region_name`` overriding them for ``s3://``, ``create=True`` making a
+    ``file://`` folder that does not exist; ``ArgumentError`` for a keyword of
+    the wrong type, at this call; ``LocationError`` for a URL or store that
+    cannot be opened.  ``s3://`` does its I/O on
     aiobotocore (the ``async`` extra); ``gs://`` and ``file://`` run the
     synchronous backend on worker threads (google-cloud-storage has no
     asyncio API).  See the module docstring for how and its limits.
     """
-    return _Opening(url, endpoint_url, region_name, concurrency)
+    checked_keywords(create, endpoint_url, region_name, concurrency)
+    return _Opening(url, create, endpoint_url, region_name, concurrency)
 
 
-async def _open(url: str, endpoint_url: str | None, region_name: str | None, concurrency: int) -> AsyncStore:
+async def _open(url: str, create: bool, endpoint_url: str | None, region_name: str | None,
+                concurrency: int) -> AsyncStore:
     location = location_of(url)
+    check_create(location, create)
     client_args = s3_client_args(location, endpoint_url, region_name)
-    if concurrency < 1:
-        raise ValueError("concurrency must be at least 1")
     loop = asyncio.get_running_loop()
     stack = contextlib.AsyncExitStack()
     executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cloudstore-aio")
@@ -264,10 +271,10 @@ async def _open(url: str, endpoint_url: str | None, region_name: str | None, con
             except ImportError as exc:
                 raise MissingExtra(ASYNC_EXTRA_NEEDED) from exc
             except Exception as exc:  # noqa: BLE001 - no credentials, a bad endpoint...
-                raise opening_failed(exc) from exc
+                raise opening_failed(exc, location) from exc
             on_close: Callable[[], None] | None = None
         else:
-            backend = await loop.run_in_executor(executor, open_sync_backend, location, client_args)
+            backend = await loop.run_in_executor(executor, open_sync_backend, location, client_args, create)
             on_close = lambda: close_backend(backend)  # noqa: E731
         engine = Engine(backend, location, concurrency, on_close=on_close)
     except BaseException:
@@ -296,6 +303,9 @@ class AsyncStore:
         self._stack = stack
         self._loop = loop
         self._closed = False
+
+    def __repr__(self) -> str:
+        return store_repr(self, self._engine)
 
     def agent(self, owner: str | None, id: str) -> AsyncAgentHandle:
         """The ops of the agent (``owner``, ``id``) as coroutines; ``owner`` None is an agent with no owner."""

@@ -17,7 +17,18 @@ words, for a caller that holds only a reply from another process:
                           the deadline) or the op could not finish; certainly nothing changed.
 * ``OutcomeUnknownError`` the store failed after a write of the op was sent; it may have landed.
 * ``LocationError``       ``open`` got a URL or settings that name no store it can open.
+* ``StoreNotFoundError``  the folder or bucket the URL names does not exist (a ``LocationError``).
+* ``ArgumentError``       a keyword argument of ``open`` has the wrong type or value.
 * ``ClosedError``         the store was closed before the call.
+
+Each class says the mistake, as Python's own do: a refused request and a
+wrong URL are the caller's input (``ValueError``s); a store that failed is
+the I/O failing (``FailedError`` and ``OutcomeUnknownError`` are
+``StoreFailure``s, so ``OSError``s, whose message names the store and the
+endpoint it was reached at); a folder or bucket that does not exist is
+what ``open("/typo")`` raises for a file (a ``FileNotFoundError``, and a
+``LocationError``); a keyword of the wrong type is both a ``TypeError``
+and a ``ValueError``, as code catching either expects.
 
 ``CloudstoreError`` is the one root: ``except CloudstoreError`` catches every
 failure the API raises, and every exception class of this project's own
@@ -29,7 +40,7 @@ nothing of the project (``typing`` only) so that any module can.
 ``message`` and ``op`` are set on every one of them (``op`` only where the
 API knows it); ``changed`` says what the failure means for the store:
 ``False`` certainly nothing was changed, ``None`` nobody can tell
-(``outcome_unknown``).  It is exact for the API's own five classes and for
+(``outcome_unknown``).  It is exact for the API's own classes and for
 ``StoreUnavailable``; the bridge's and the driver client's failures after a
 request was sent say ``None``; the others keep the default ``False``, being
 refusals or failures before anything was asked of a store.
@@ -38,9 +49,12 @@ The tree (module names below ``cloudstore``)::
 
     CloudstoreError
      ├── errors.RefusedError (ValueError)                a request broke a rule of docs/protocol.md
-     ├── errors.FailedError                              the store failed; nothing was changed
-     ├── errors.OutcomeUnknownError                      the store failed; a write may have landed
+     ├── errors.StoreFailure (OSError)                   the store failed (its URL and endpoint named)
+     │    ├── errors.FailedError                         the store failed; nothing was changed
+     │    └── errors.OutcomeUnknownError                 the store failed; a write may have landed
      ├── errors.LocationError (ValueError)               open() named no store it can open
+     │    └── errors.StoreNotFoundError (FileNotFoundError) its folder or bucket does not exist
+     ├── errors.ArgumentError (TypeError, ValueError)    a keyword of open() has the wrong type or value
      ├── errors.ClosedError                              the store was closed before the call
      ├── store.model.RequestError                        a request breaks a rule (the driver's check;
      │                                                   re-exported by protocol.validate)
@@ -82,6 +96,7 @@ Not yet under it (modules another change owns): the scheduler's
 
 from __future__ import annotations
 
+import errno
 from typing import Literal
 
 #: What an error reply means for the caller's data, known in process by the type of what failed
@@ -126,14 +141,36 @@ class RefusedError(CloudstoreError, ValueError):
     """
 
 
-class FailedError(CloudstoreError):
+class StoreFailure(CloudstoreError, OSError):
+    """The store failed to answer: an ``OSError``, as any I/O that failed, naming where it failed.
+
+    ``message`` stays the driver's words byte for byte; ``store`` is the
+    store's URL (bucket and prefix, or folder: never a credential) and
+    ``endpoint`` the address its SDK reached it at (None for a folder, or
+    when unknown), both in ``str(exc)``: the words alone do not say which of
+    a program's stores, or which of its endpoints, failed.
+    """
+
+    def __init__(self, message: str, op: str | None = None, store: str | None = None,
+                 endpoint: str | None = None) -> None:
+        super().__init__(message, op)
+        self.store = store
+        self.endpoint = endpoint
+
+    def __str__(self) -> str:
+        where = [f"store {self.store}"] if self.store else []
+        where += [f"endpoint {self.endpoint}"] if self.endpoint else []
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+
+class FailedError(StoreFailure):
     """The store kept failing, or the op could not finish; certainly nothing was changed.
 
     Safe to ask again.
     """
 
 
-class OutcomeUnknownError(CloudstoreError):
+class OutcomeUnknownError(StoreFailure):
     """The store failed after a write of the op was sent: the change may or may not have been made.
 
     Never retry blindly when that matters: read first (``last``, ``file_read``,
@@ -145,6 +182,30 @@ class OutcomeUnknownError(CloudstoreError):
 
 class LocationError(CloudstoreError, ValueError):
     """``open`` was given a URL or settings that name no store it can open (the message says why)."""
+
+
+class StoreNotFoundError(LocationError, FileNotFoundError):
+    """The folder or bucket the URL names does not exist; the message names the URL (never a credential).
+
+    Raised by ``open`` for a folder (none is made unless ``create=True``:
+    a typo must not make an empty store that answers every read with
+    nothing, the drivers' rule), and by the first call that meets a bucket
+    the store says does not exist (buckets are never made).  A
+    ``FileNotFoundError`` (``errno`` ENOENT) as the built-in ``open`` raises
+    for a missing file, and a ``LocationError``: the URL is what to correct.
+    """
+
+    def __init__(self, message: str, op: str | None = None) -> None:
+        super().__init__(message, op)
+        self.errno = errno.ENOENT
+
+
+class ArgumentError(CloudstoreError, TypeError, ValueError):
+    """A keyword argument of ``open`` has the wrong type or value; the message names the keyword and the rule.
+
+    Both a ``TypeError`` and a ``ValueError``: Python raises either for a bad
+    argument, and code catching either should catch this one.
+    """
 
 
 class ClosedError(CloudstoreError):
@@ -164,13 +225,18 @@ KIND_ERRORS: dict[ErrorKind, type[CloudstoreError]] = {
 }
 
 
-def error_of(kind: ErrorKind, op: str | None, message: str) -> CloudstoreError:
+def error_of(kind: ErrorKind, op: str | None, message: str, store: str | None = None,
+             endpoint: str | None = None) -> CloudstoreError:
     """The exception for an error reply whose kind the service gave beside it: by type, never by its words.
 
     ``message`` is the reply's error text, byte for byte.  This is what the
-    Python API raises (``api.Call.result``, for both flavours).
+    Python API raises (``api.Engine.answer``, for both flavours); a store
+    failure names ``store`` and ``endpoint`` when given (``StoreFailure``).
     """
-    return KIND_ERRORS[kind](message, op)
+    cls = KIND_ERRORS[kind]
+    if issubclass(cls, StoreFailure):
+        return cls(message, op, store, endpoint)
+    return cls(message, op)
 
 
 def from_reply(op: str | None, message: str) -> CloudstoreError:

@@ -21,13 +21,17 @@ server ignores preconditions (issue 41, finding 6):
 store anything on it.
 
 ``python tests/emulators.py`` starts them (SeaweedFS where installed), prints
-the environment that points the drivers at each, and runs until interrupted.
+the environment that points the drivers at each (``exports``: pasted whole,
+it points them at fake-gcs-server and moto; SeaweedFS's settings come under
+names of their own), says ``# ready``, and runs until interrupted.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import socket
@@ -310,8 +314,40 @@ def _tail(path: str, size: int = 2000) -> str:
         return "(none)"
 
 
+#: The line ``main`` prints once every emulator is up and its settings are printed.
+READY = "# ready: every emulator above answers; interrupt (Ctrl-C) to stop them"
+
+
+def exports(running: list[Emulator]) -> str:
+    """The shell lines that reach the emulators, to paste whole: each setting's name exported once.
+
+    moto and SeaweedFS are both S3 servers, reached through the same settings
+    (``AWS_ENDPOINT_URL_S3``, the keys, ``LNK_BUCKET_URL``).  Printed under the
+    same names, the later block won when pasted: a reader who pasted the
+    output was pointed at SeaweedFS, the last one printed.  So the first
+    emulator to use a name keeps it, and a later one whose names clash has
+    every name of its own prefixed with its name (``SEAWEEDFS_...``), under a
+    comment that says whose the plain names are and how to switch to it.
+    """
+    owner: dict[str, str] = {}
+    lines: list[str] = []
+    for em in running:
+        lines.append(f"# {em.name}")
+        clash = sorted(k for k in em.env if k in owner)
+        if not clash:
+            lines += [f"export {k}={shlex.quote(v)}" for k, v in em.env.items()]
+            owner.update({k: em.name for k in em.env})
+            continue
+        prefix = re.sub(r"[^A-Z0-9]+", "_", em.name.upper()) + "_"
+        holders = " and ".join(sorted({owner[k] for k in clash}))
+        lines.append(f"# under names of its own: {', '.join(clash)} above are {holders}'s; to use {em.name} instead:")
+        lines.append("#   export " + " ".join(f'{k}="${prefix}{k}"' for k in em.env))
+        lines += [f"export {prefix}{k}={shlex.quote(v)}" for k, v in em.env.items()]
+    return "\n".join(lines)
+
+
 def main() -> int:
-    """Run both emulators until interrupted, printing how to reach them."""
+    """Run the emulators until interrupted, printing how to reach them (``exports``), then ``READY``."""
     # Blocked first, so that sigwait receives them (unblocked, SIGTERM would end the process at
     # once and leave both emulators running).
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
@@ -319,11 +355,8 @@ def main() -> int:
     try:
         if seaweed_binary() is not None:
             running.append(start_seaweedfs())
-        for em in running:
-            print(f"# {em.name}")
-            for k, v in em.env.items():
-                print(f"export {k}={v}")
-        sys.stdout.flush()
+        print(exports(running))
+        print(READY, flush=True)
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
         for em in running:

@@ -33,6 +33,24 @@ from .walk import KINDS, Key, ListedAgent, Opened, OpError, agents_of, list_all,
 PLACES = ("waiting", "firing", "ending")
 AGENT_WORKERS = 16  # agents reported at once (each runs its own requests in parallel too)
 
+#: The kinds ``inspect`` counts, in the order it shows them: walk.KINDS, and the file ledger beside the files.
+SHOWN_KINDS = tuple(k for kind in KINDS for k in ((kind, "ledger") if kind == "file" else (kind,)))
+
+
+def shown_kind(key: Key) -> str:
+    """The kind ``inspect`` counts ``key`` under: walk's, but an agent's file ledger is its own kind.
+
+    walk.classify has no kind for ``a/<owner>/<id>/ledger`` (files.py keeps
+    there which file objects are older than sizes that say their state), so
+    it was counted as ``other``, the kind that means "not recognised": an
+    operator reading the totals took the drivers' own object for garbage.
+    Here only: gc, migrate and format judge keys by walk's kinds, and none of
+    them treats ``other`` as deletable.
+    """
+    if key.kind == "other" and key.agent is not None and key.parts[3:] == ["ledger"]:
+        return "ledger"
+    return key.kind
+
 
 def tombstone_head(head: Any) -> bool:
     """A head that says no more than an absent head would: no lease, epoch 0, nothing pending.
@@ -62,7 +80,7 @@ def _agent_report(opened: Opened, agent: ListedAgent, keys: list[Key], lapse_ms:
     out["removals_pending"] = sum(len(h.get("removed", [])) for h in head_values if isinstance(h, dict))
     if name is None:  # a hashed agent: no op can name it; counts from keys only
         out.update({"owner": None, "id": None, "hashed": True})
-        counts = {kind: sum(1 for k in keys if k.kind == kind) for kind in KINDS}
+        counts = {kind: sum(1 for k in keys if shown_kind(k) == kind) for kind in SHOWN_KINDS}
         out["kinds"] = {kind: n for kind, n in counts.items() if n}
         return out
     out.update({"owner": name["owner"], "id": name["id"], "hashed": False})
@@ -224,7 +242,7 @@ def inspect(opened: Opened, lapse_ms: int = 30_000, show_progress: bool = False)
             progress.close()
     kinds: dict[str, dict[str, int]] = {}
     for k in keys:
-        slot = kinds.setdefault(k.kind, {"objects": 0, "bytes": 0})
+        slot = kinds.setdefault(shown_kind(k), {"objects": 0, "bytes": 0})
         slot["objects"] += 1
         slot["bytes"] += k.size
     return {
@@ -238,7 +256,7 @@ def inspect(opened: Opened, lapse_ms: int = 30_000, show_progress: bool = False)
             "agents": len(agents),
             "objects": len(keys),
             "bytes": sum(k.size for k in keys),
-            "kinds": {kind: kinds[kind] for kind in KINDS if kind in kinds},
+            "kinds": {kind: kinds[kind] for kind in SHOWN_KINDS if kind in kinds},
         },
     }
 

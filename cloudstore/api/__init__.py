@@ -5,7 +5,7 @@
 and ``store.agent(owner, id)`` gives a handle whose methods are the ops of
 docs/protocol.md, one method per op, with typed results::
 
-    with cloudstore.open("file:///tmp/lnk-bucket") as store:
+    with cloudstore.open("file:///home/me/lnk-bucket", create=True) as store:
         me = store.agent("o1", "a1")
         me.append("t1", {"seq": 1, "text": "hello"})
         me.read("t1")                      # [{"seq": 1, "text": "hello"}]
@@ -38,21 +38,42 @@ them (``AWS_ENDPOINT_URL_S3``, ``AWS_*`` credentials, ``STORAGE_EMULATOR_HOST``,
 given as keyword arguments instead.  ``LNK_STORE_FAILPOINT`` (a test hook
 that kills the driver's process) is never honoured here: a library must not
 kill its host.
+
+Refusals are the drivers'.  A ``file://`` folder that does not exist is
+refused (``StoreNotFoundError``) as the drivers refuse it, unless the caller
+asks for it with ``create=True``: a typo must not make, and leave behind, an
+empty store that answers every read with nothing.  A bucket the store says
+does not exist is the same error, naming the URL the caller passed (the
+drivers name their setting, which an API user never set).  A store failure
+names the store's URL and the endpoint its SDK reached (``StoreFailure``).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import ClosedError, CloudstoreError, ErrorKind, LocationError, RefusedError, SettingError, error_of
+from ..errors import (
+    ArgumentError,
+    ClosedError,
+    CloudstoreError,
+    ErrorKind,
+    LocationError,
+    RefusedError,
+    SettingError,
+    StoreNotFoundError,
+    error_of,
+)
 
 if TYPE_CHECKING:
     from ..gate.store_gate import StoreGate
@@ -185,14 +206,8 @@ class Call(Generic[T]):
     args: dict[str, Json]
     parse: Callable[[dict[str, Json]], T]
 
-    def result(self, reply: dict[str, Json], kind: ErrorKind | None) -> T:
-        """The value of ``reply``: an error reply raised as its ``kind``'s exception, any other parsed.
-
-        ``kind`` is what the service knew of the failure (``service.Answered``):
-        the class is chosen by it, never by the reply's words.
-        """
-        if kind is not None:
-            raise error_of(kind, self.op, str(reply.get("error", "")))
+    def result(self, reply: dict[str, Json]) -> T:
+        """The value of a reply that is no error (``Engine.answer`` raises those, by their kind)."""
         if reply.get("reply") == "error":  # every error the service answers has its kind: a bug, not the caller's
             raise CloudstoreError(f"an error reply to {self.op} came without its kind: {reply.get('error')!r}",
                                   self.op)
@@ -444,11 +459,12 @@ class Engine:
 
     def __init__(self, backend: Backend, location: Location, concurrency: int = DEFAULT_CONCURRENCY,
                  on_close: Callable[[], None] | None = None) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+        checked_concurrency(concurrency)
         self.backend = backend
         self.location = location
         self.concurrency = concurrency
+        self.url = url_of(location)  # what its errors and repr name: the caller's store, and where it was reached
+        self.endpoint = endpoint_of(backend)
         self._on_close = on_close
         self._idle: list[Answerer] = []
         self._all: list[Answerer] = []
@@ -462,7 +478,7 @@ class Engine:
         """A new answerer as a driver's first request makes one (``Answerer._service``), on our backend."""
         from ..gate.store_gate import StoreGate
         from ..generations import RetryingStore, backend_label
-        from ..protocol.answerer import Answerer, setting_of
+        from ..protocol.answerer import setting_of
         from ..protocol.service import Service
         from ..store.space import Space
 
@@ -474,7 +490,7 @@ class Engine:
         store.gate = self._gate
         service = Service(Space(store, self.location.prefix))
         service.space.deferred = []  # packing and index drops wait until the reply is out, as in serve
-        return Answerer(setting_of(self.location.scheme), service=service)
+        return api_answerer()(setting_of(self.location.scheme), service=service)
 
     def _checkout(self) -> Answerer:
         with self._cond:
@@ -506,10 +522,28 @@ class Engine:
             self._release(answerer, finished=True)
 
     def answer(self, call: Call[T], agent: Mapping[str, Json]) -> T:
-        """Send ``call`` for ``agent`` down the driver's path; its value, or its error raised."""
+        """Send ``call`` for ``agent`` down the driver's path; its value, or its error raised (``error``)."""
         line = encode({"op": call.op, "agent": agent, **call.args})
         answered = self.answered(line)
-        return call.result(answered.reply, answered.kind)
+        if answered.kind is not None:
+            raise self.error(call.op, answered.kind, str(answered.reply.get("error", "")))
+        return call.result(answered.reply)
+
+    def error(self, op: str, kind: ErrorKind, message: str) -> CloudstoreError:
+        """The exception of an error reply: the class of its kind, chosen by type, never by the reply's words
+        (``errors.error_of``), a store failure naming this store and its endpoint.
+
+        One exception to that: a store failure saying the bucket does not exist is the caller's URL
+        naming no store, ``StoreNotFoundError`` naming that URL (the drivers' reply names their setting
+        instead, which an API user never set: ``ApiAnswerer``).
+        """
+        from ..protocol.answerer import BUCKET_GONE
+
+        if kind == "failed" and BUCKET_GONE in message:
+            at = f" at {self.endpoint}" if self.endpoint else ""
+            return StoreNotFoundError(f"the store URL {self.url} names a bucket that does not exist{at}: make it, "
+                                      f"or correct the URL ({message})", op)
+        return error_of(kind, op, message, self.url, self.endpoint)
 
     def reply(self, line: bytes) -> dict[str, Json]:
         """The reply dict a ``serve`` process would write for request ``line``."""
@@ -536,6 +570,11 @@ class Engine:
                 self._release(answerer)
         return answered
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close`` was called (calls are refused from then on)."""
+        return self._closed
+
     def close(self) -> None:
         """Refuse new calls, wait for the calls under way and their after-work, then free the SDK client."""
         with self._cond:
@@ -554,8 +593,82 @@ class Engine:
             self._on_close()
 
 
+@functools.cache
+def api_answerer() -> type[Answerer]:
+    """The drivers' ``Answerer``, but for the words it adds to a reply saying a bucket does not exist.
+
+    A driver adds the setting that names the bucket (``LNK_BUCKET_URL``: check
+    the setting); an API user set no setting, and ``Engine.error`` names the
+    URL they passed instead.  Made on first use: the answerer's module is
+    imported when a store is, not with ``cloudstore``.
+    """
+    from ..protocol.answerer import Answerer
+
+    class ApiAnswerer(Answerer):
+        def named(self, reply: dict[str, Json]) -> dict[str, Json]:
+            return reply
+
+    return ApiAnswerer
+
+
 # --------------------------------------------------------------------------
 # Opening
+
+
+def url_of(location: Location) -> str:
+    """The store's URL as errors and ``repr`` show it: scheme, bucket (or folder) and prefix.
+
+    Built from the parsed location, never echoed from the caller's string: a
+    URL the parser accepts holds no user or password (a bucket name has no
+    ``@``, a ``file://`` URL no host), so what is shown is what was opened
+    and nothing secret.
+    """
+    if location.scheme == "file":
+        return f"file://{location.bucket}"
+    return f"{location.scheme}://{location.bucket}/{location.prefix}".rstrip("/")
+
+
+def endpoint_of(backend: object) -> str | None:
+    """Where the backend's SDK sends its requests, without any user or password; None for a folder.
+
+    boto3 and aiobotocore say it in ``meta.endpoint_url``, google-cloud-storage
+    in ``api_endpoint``: the setting the environment or ``endpoint_url=`` gave,
+    or the cloud's own address.
+    """
+    client = getattr(backend, "client", None)
+    found = getattr(getattr(client, "meta", None), "endpoint_url", None) or getattr(client, "api_endpoint", None)
+    if not isinstance(found, str) or not found:
+        return None
+    parts = urlsplit(found)
+    if "@" not in parts.netloc:
+        return found
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def checked_concurrency(concurrency: object) -> None:
+    """``concurrency`` is an ``int`` of at least 1; ``ArgumentError`` naming it otherwise."""
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int):
+        raise ArgumentError(f"concurrency must be an int (how many calls run at once, at least 1), "
+                            f"not {type(concurrency).__name__}")
+    if concurrency < 1:
+        raise ArgumentError(f"concurrency must be at least 1, not {concurrency}")
+
+
+def checked_keywords(create: object, endpoint_url: object, region_name: object, concurrency: object) -> None:
+    """``open``'s keywords, each of its type and in its range; ``ArgumentError`` naming the keyword otherwise.
+
+    Checked before anything is opened: a program's mistake (``concurrency="8"``
+    read from a config file) is said at the call that made it, not met as a
+    comparison of a ``str`` and an ``int`` deep inside the pool.
+    """
+    if not isinstance(create, bool):
+        raise ArgumentError(f"create must be True or False, not {type(create).__name__}")
+    for name, value in (("endpoint_url", endpoint_url), ("region_name", region_name)):
+        if value is not None and not (isinstance(value, str) and value):
+            raise ArgumentError(f"{name} must be a non-empty string or None, not {value!r}"
+                                if isinstance(value, str) else
+                                f"{name} must be a non-empty string or None, not {type(value).__name__}")
+    checked_concurrency(concurrency)
 
 
 def location_of(url: str) -> Location:
@@ -578,26 +691,43 @@ def s3_client_args(location: Location, endpoint_url: str | None, region_name: st
     return args
 
 
-def opening_failed(exc: Exception) -> LocationError:
-    """An SDK or folder failure while opening, said as the driver says it (its kind, not its detail)."""
+def check_create(location: Location, create: bool) -> None:
+    """``create=True`` is for folders: refused for a bucket (``ArgumentError``), which no driver makes either."""
+    if create and location.scheme != "file":
+        raise ArgumentError(f"create=True applies to file:// stores only: buckets are never made ({url_of(location)})")
+
+
+def opening_failed(exc: Exception, location: Location) -> LocationError:
+    """An SDK or folder failure while opening, said as the driver says it (its kind, not its detail), with the
+    URL the caller passed (``url_of``: never a credential), which a program opening several stores needs."""
     why = exc.strerror if isinstance(exc, OSError) and exc.strerror else f"{type(exc).__name__}: {exc}"
-    return LocationError(f"the store URL names a store that cannot be opened: {why}")
+    return LocationError(f"the store URL {url_of(location)} names a store that cannot be opened: {why}")
 
 
-def open_sync_backend(location: Location, client_args: Mapping[str, str]) -> Backend:
-    """The drivers' own backend for ``location`` (settings.open_backend), the S3 client overridden if asked."""
+def open_sync_backend(location: Location, client_args: Mapping[str, str], create: bool = False) -> Backend:
+    """The drivers' own backend for ``location`` (settings.open_backend), the S3 client overridden if asked.
+
+    A ``file://`` folder that does not exist is refused as the drivers refuse
+    it (``StoreNotFoundError``), unless ``create``: then it is made, mode
+    0700, with any folders above it.  ``create`` applies to folders only:
+    buckets are never made.
+    """
     from ..settings import open_backend
 
+    url = url_of(location)
+    if location.scheme == "file" and not create and not os.path.lexists(location.bucket):
+        raise StoreNotFoundError(f"the store URL {url} names a folder that does not exist: it is not made (make "
+                                 "it first, mkdir -p, or pass create=True; or correct the URL)")
     try:
         if location.scheme == "s3" and client_args:
             from ..s3 import S3Backend, make_client
 
             return S3Backend(location.bucket, client=make_client(client_args=client_args))
-        return open_backend(location, setting="the store URL")
+        return open_backend(location, create=create, setting=f"the store URL {url}")
     except SettingError as exc:  # a folder another user controls (local.py): its words name the rule
         raise LocationError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a folder that cannot be made, an SDK that finds no credentials
-        raise opening_failed(exc) from exc
+        raise opening_failed(exc, location) from exc
 
 
 def close_backend(backend: Backend) -> None:
@@ -610,19 +740,33 @@ def close_backend(backend: Backend) -> None:
             pass
 
 
-def open(url: str, *, endpoint_url: str | None = None, region_name: str | None = None,
+def open(url: str, *, create: bool = False, endpoint_url: str | None = None, region_name: str | None = None,
          concurrency: int = DEFAULT_CONCURRENCY) -> Store:
     """Open the store ``url`` names: ``file:///ABSOLUTE/FOLDER``, ``s3://BUCKET[/PREFIX]``, ``gs://BUCKET[/PREFIX]``.
 
     Settings come from the environment as the drivers read them;
     ``endpoint_url`` / ``region_name`` override boto3's for ``s3://``.
-    ``concurrency`` bounds the calls that run at once (see the module
-    docstring).  Raises ``LocationError`` for a malformed URL or a store that
-    cannot be opened.  The SDK of the URL's kind is imported here, not before.
+    ``create=True`` makes a ``file://`` folder that does not exist (without
+    it the folder is refused, as the drivers refuse it; buckets are never
+    made).  ``concurrency`` bounds the calls that run at once (see the module
+    docstring).  Raises ``ArgumentError`` for a keyword of the wrong type or
+    value, ``LocationError`` for a malformed URL or a store that cannot be
+    opened, ``StoreNotFoundError`` (one of those) for a folder that does not
+    exist.  The SDK of the URL's kind is imported here, not before.
     """
+    checked_keywords(create, endpoint_url, region_name, concurrency)
     location = location_of(url)
-    backend = open_sync_backend(location, s3_client_args(location, endpoint_url, region_name))
+    check_create(location, create)
+    backend = open_sync_backend(location, s3_client_args(location, endpoint_url, region_name), create)
     return Store(Engine(backend, location, concurrency, on_close=lambda: close_backend(backend)))
+
+
+def store_repr(store: object, engine: Engine) -> str:
+    """``<Store s3://bucket/prefix endpoint=http://... concurrency=8>``: which store a program holds, and
+    whether it is closed; never a credential (``url_of``, ``endpoint_of``)."""
+    at = f" endpoint={engine.endpoint}" if engine.endpoint else ""
+    state = " closed" if engine.closed else ""
+    return f"<{type(store).__name__} {engine.url}{at} concurrency={engine.concurrency}{state}>"
 
 
 # --------------------------------------------------------------------------
@@ -638,6 +782,9 @@ class Store:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
+
+    def __repr__(self) -> str:
+        return store_repr(self, self._engine)
 
     def agent(self, owner: str | None, id: str) -> AgentHandle:
         """The ops of the agent (``owner``, ``id``); ``owner`` None is an agent with no owner.
