@@ -97,3 +97,10 @@ def test_an_error_naming_no_setting_is_left_to_the_checks(tmp_path: Path) -> Non
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "0 passed, 1 failed"
 
+
+def test_the_readme_shows_the_line_it_prints() -> None:
+    """The README's pre-flight sample is the program's own line, word for word."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    sample = readme.split("$ lnk-store-check lnk-bucket-store\n", 1)[1].split("\n", 1)[0]
+    done = cli("lnk-bucket-store", env=without("LNK_BUCKET_URL"))
+    assert done.stderr.splitlines() == [sample]
