@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 from test_conformance_cli import TOY_PROGRAM, cli
 
-from cloudstore.conformance import run
-from cloudstore.conformance.preflight import SetupError
+from cloudstore.conformance import SetupError, run
 
 
 def without(*names: str) -> dict[str, str]:
