@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
@@ -71,7 +72,7 @@ def lines(argv: Sequence[str], contract: Mapping[str, Json], settings: Mapping[s
     store = "; ".join(f"{k}={v}" for k, v in settings.items()) or "(none named)"
     source = "" if given else " (no --env: the driver reads its settings from this environment)"
     return [
-        f"lnk-store-check {__version__} judging {' '.join(argv)}",
+        f"lnk-store-check {__version__} judging {shlex.join(argv)}",
         f"contract: {json.dumps(dict(contract), separators=(', ', ': '))}",
         f"store: {store}{source}",
         f"mode: {mode}",

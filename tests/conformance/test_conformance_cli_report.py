@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 from test_conformance_cli import TOY_PROGRAM, cli, results_of, toy_args
@@ -25,7 +26,7 @@ def test_the_header_names_program_contract_store_and_mode(tmp_path: Path) -> Non
                          "--family", "check_narrowing", "--check", "only", "--quick"))
     assert done.returncode == 0, done.stdout + done.stderr
     head = done.stdout.splitlines()[:4]
-    assert head[0].startswith("# lnk-store-check ") and head[0].endswith(f"judging {' '.join(TOY_PROGRAM)}")
+    assert head[0].startswith("# lnk-store-check ") and head[0].endswith(f"judging {shlex.join(TOY_PROGRAM)}")
     assert head[1] == '# contract: {"version": 1, "serve": true, "jobs": true, "files": true}'
     assert head[2] == (f"# store: TOY_STORE_DIR={tmp_path / 'store'}; AWS_SECRET_ACCESS_KEY=<hidden>; "
                        "AWS_ENDPOINT_URL=http://127.0.0.1:9/")
