@@ -59,10 +59,12 @@ def mode_words(*, mode: str, via_bridge: bool, quick: bool, faults: bool, crash:
     """The run's mode in words: which family set (conformance, faults, crash), how requests travel, how much."""
     kind = "faults" if faults else "crash" if crash else "conformance"
     way = "" if faults or crash else (", through a store bridge (--via-bridge)" if via_bridge else f", {mode}")
-    depth = "quick (slow checks left out)" if quick else "full"
+    what_quick = "one seeded fault per op" if faults else "one seeded kill moment per op" if crash \
+        else "slow checks left out"
+    depth = f"quick ({what_quick})" if quick else "full"
     chosen = f"; families {', '.join(families)}" if families else ""
     named = f"; checks naming {', '.join(map(repr, checks))}" if checks else ""
-    races = "" if faults or crash else f", {rounds} rounds a race"
+    races = "" if faults or crash else f", {rounds} round{'s' if rounds != 1 else ''} a race"
     return f"{kind}{way}, {depth}{races}{chosen}{named}"
 
 

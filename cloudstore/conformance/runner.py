@@ -154,7 +154,7 @@ def run(
                   on_result=on_result, say=say, progress=tally)
         report.seconds = time.monotonic() - started
         return report
-    # Without a contract nothing says which families the driver keeps: only `check`, which reports why.
+    # An empty contract (a caller's own) says nothing of which families the driver keeps: only `check`.
     families = list(families or FAMILIES) if contract else ["check"]
     own = transports is None
     if transports is None:

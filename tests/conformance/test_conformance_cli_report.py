@@ -46,6 +46,21 @@ def test_the_header_names_the_program_as_resolved_on_path(tmp_path: Path) -> Non
     assert head[3].startswith("# mode: conformance, call, full, ")
 
 
+def test_the_header_names_every_mode() -> None:
+    """Which family set, how requests travel and what --quick leaves out, as each run kind means it."""
+    def words(**given: object) -> str:
+        options = {"mode": "serve", "via_bridge": False, "quick": False, "faults": False, "crash": False,
+                   "rounds": 3, "families": None, "checks": ()}
+        return header.mode_words(**{**options, **given})  # type: ignore[arg-type]
+
+    assert words() == "conformance, serve, full, 3 rounds a race"
+    assert words(mode="both", rounds=1) == "conformance, both, full, 1 round a race"
+    assert words(via_bridge=True, quick=True) == \
+        "conformance, through a store bridge (--via-bridge), quick (slow checks left out), 3 rounds a race"
+    assert words(faults=True, quick=True) == "faults, quick (one seeded fault per op)"
+    assert words(crash=True, checks=["crash.append"]) == "crash, full; checks naming 'crash.append'"
+
+
 def test_without_env_the_header_shows_this_environments_store_settings_only(tmp_path: Path) -> None:
     """The driver then reads its settings here: the store's are shown, credentials hidden, and no other
     variable (a webhook's URL is a secret; an unrelated file:/// folder is never walked either)."""
