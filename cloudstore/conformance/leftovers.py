@@ -2,7 +2,7 @@
 
 Every check works on fresh agents, and the contract has no op that removes
 an agent, so each run leaves what it wrote: on the README's folder about
-8,900 files (46 MB) a full run, with nothing saying so until a disk filled.
+8,800 files a full run (10 MB of data, 46 MB of disk), unsaid until a disk filled.
 The suite cannot remove it safely itself (it speaks only the protocol, and
 a store's folder or prefix may hold real agents beside the suite's), so it
 says what it made (the agents, by the run's id prefix) and, where a
