@@ -26,6 +26,10 @@ FRESH = object()
 FAMILIES = ("check", "check_jobs", "check_files", "check_narrowing")
 
 
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:8]
+
+
 @dataclass
 class Ctx:
     """What a check may use: the way in, the program, its contract, how hard to race."""
@@ -35,15 +39,19 @@ class Ctx:
     contract: dict[str, Json]
     rounds: int = 3
     keeps_tools: bool = True
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    run_id: str = field(default_factory=new_run_id)
+    #: Every agent id this context made (the run's list, shared by its contexts: what it leaves in the store).
+    made: list[str] = field(default_factory=list)
 
     def agent(self, owner: Any = FRESH, id: str | None = None) -> dict[str, Json]:
         """A new agent no earlier run has used; ``owner`` None or a string picks the owner."""
         fresh = uuid.uuid4().hex[:12]
-        return {
+        agent: dict[str, Json] = {
             "id": id if id is not None else f"lsc-{self.run_id}-{fresh}",
             "owner": f"lsc-owner-{fresh}" if owner is FRESH else owner,
         }
+        self.made.append(agent["id"])  # list.append: one step, safe from racers' threads
+        return agent
 
     def ask(self, agent: dict[str, Json], op: str, **fields: Json) -> dict[str, Json]:
         """One request of ``op`` for ``agent`` (fields named ``from`` go in as ``**{"from": ...}``)."""
@@ -136,6 +144,13 @@ class Report:
     not_kept: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: The id every agent of this run is named under (``lsc-<run_id>-...``) and the agents made.
+    run_id: str = field(default_factory=new_run_id)
+    agents: list[str] = field(default_factory=list)
+
+    @property
+    def agent_prefix(self) -> str:
+        return f"lsc-{self.run_id}-"
 
     @property
     def passed(self) -> int:

@@ -24,7 +24,9 @@ from .expect import is_error
 from .faults import open_world
 from .harness import FAMILIES, Check, Ctx, Report, Result, run_check
 from .judge import History
-from .program import Driver, printed_contract
+from .preflight import preflight
+from .program import Driver
+from .progress import Progress
 from .transport import CallTransport, ServeTransport, Transport
 
 MODES = ("serve", "call", "both")
@@ -101,6 +103,7 @@ def run(
     faults: bool = False,
     crash: bool = False,
     seed: int | None = None,
+    progress: Progress | None = None,
 ) -> Report:
     """Run the conformance suite against one driver; the report of every check.
 
@@ -115,24 +118,28 @@ def run(
     ``faults`` runs the ``faults`` family instead, behind the suite's proxy
     (see :func:`run_faults`), with fault schedules drawn from ``seed``;
     ``crash`` the ``crash`` family (:func:`run_crash`), its kill moments drawn from ``seed``.
+
+    Without a ``contract`` the driver is first put through the pre-flight
+    (:func:`~cloudstore.conformance.preflight.preflight`): a program that cannot
+    be run, a failing ``contract`` or a first read answering a setting error
+    raises :class:`~cloudstore.conformance.preflight.SetupError` before any
+    check. ``progress`` is told the checks planned, started and ended.
     """
     started = time.monotonic()
     report = Report()
     say = on_note or (lambda note: None)
+    tally = progress or Progress()
     driver = Driver(program if isinstance(program, str) else tuple(program), dict(env or {})) if program else None
     if contract is None:
         if driver is None:
             raise ValueError("run() needs a program or a contract")
-        found, why = printed_contract(driver)
-        if found is None:
-            report.notes.append(f"no contract: {why}; only `check` is run")
-            say(report.notes[-1])
-        contract = found or {}
+        contract = preflight(driver).contract
     report.contract = dict(contract)
     if faults:
         if driver is None:
             raise ValueError("--faults needs the driver program (it starts its own processes)")
-        run_faults(driver, contract, report, quick=quick, checks=checks, seed=seed, on_result=on_result, say=say)
+        run_faults(driver, contract, report, quick=quick, checks=checks, seed=seed, on_result=on_result, say=say,
+                   progress=tally)
         report.seconds = time.monotonic() - started
         return report
     if crash:
@@ -140,14 +147,14 @@ def run(
             raise ValueError("--crash needs the driver program (it starts and kills its own processes)")
         probe = ServeTransport(driver)
         try:
-            tools_refused = probe_tools(Ctx(probe, driver, dict(contract), rounds))
+            tools_refused = probe_tools(context(report, probe, driver, contract, rounds))
         finally:
             probe.close()
         run_crash(driver, contract, report, quick=quick, checks=checks, seed=seed, keeps_tools=tools_refused is None,
-                  on_result=on_result, say=say)
+                  on_result=on_result, say=say, progress=tally)
         report.seconds = time.monotonic() - started
         return report
-    # Without a contract nothing says which families the driver keeps: only `check`, which reports why.
+    # An empty contract (a caller's own) says nothing of which families the driver keeps: only `check`.
     families = list(families or FAMILIES) if contract else ["check"]
     own = transports is None
     if transports is None:
@@ -159,19 +166,23 @@ def run(
     ways = list(transports)
     try:
         tools_refused = (
-            probe_tools(Ctx(ways[0], driver, dict(contract), rounds)) if "check_narrowing" in families else None
+            probe_tools(context(report, ways[0], driver, contract, rounds))
+            if "check_narrowing" in families else None
         )
         chosen = [c for c in plan(families, contract, tools_refused, report)
                   if selected(c, contract, quick, checks, driver is not None)]
         for family, why in report.not_kept.items():
             say(f"{family}: NOT KEPT ({why})")
+        tally.planned(sum(1 if c.program else len(ways) for c in chosen))
         for check in chosen:
             for way in ([None] if check.program else ways):
-                ctx = Ctx(way, driver, dict(contract), rounds, keeps_tools=tools_refused is None)
+                ctx = context(report, way, driver, contract, rounds, keeps_tools=tools_refused is None)
+                label = f"{check.name} [{way.mode}]" if len(ways) > 1 and way is not None else ""
+                tally.starting(label or check.name)
                 result = run_check(check, ctx, "program" if way is None else way.mode)
-                if len(ways) > 1 and way is not None:
-                    result.label = f"{check.name} [{way.mode}]"
+                result.label = label
                 report.results.append(result)
+                tally.finished(result)
                 if on_result:
                     on_result(result)
     finally:
@@ -182,9 +193,21 @@ def run(
     return report
 
 
+def context(report: Report, transport: Transport | None, driver: Driver | None, contract: Mapping[str, object],
+            rounds: int, keeps_tools: bool = True) -> Ctx:
+    """A check's context, its agents named under the run's id and counted in ``report.agents``."""
+    return Ctx(transport, driver, dict(contract), rounds, keeps_tools=keeps_tools, run_id=report.run_id,
+               made=report.agents)
+
+
+def chosen_by_name(family: Sequence[Check], checks: Sequence[str]) -> list[Check]:
+    """The checks of a seeded family whose name holds one of ``checks`` (all without any)."""
+    return [c for c in family if not checks or any(s in c.name for s in checks)]
+
+
 def run_faults(
     driver: Driver, contract: Mapping[str, object], report: Report, *, quick: bool, checks: Sequence[str],
-    seed: int | None, on_result: Callable[[Result], None] | None, say: Callable[[str], None],
+    seed: int | None, on_result: Callable[[Result], None] | None, say: Callable[[str], None], progress: Progress,
 ) -> None:
     """The ``faults`` family, each check with a history of its own; a failure's seed, schedule and history as notes.
 
@@ -197,12 +220,13 @@ def run_faults(
     ops, kinds = 0, Counter[str]()
     try:
         proxied = Driver(driver.program, world.env)
-        for check in fault_checks.checks.checks:
-            if checks and not any(s in check.name for s in checks):
-                continue
+        chosen = chosen_by_name(fault_checks.checks.checks, checks)
+        progress.planned(len(chosen))
+        for check in chosen:
             history = History(seed)
-            ctx = fault_checks.FaultCtx(None, proxied, dict(contract), keeps_tools=False, world=world, history=history)
-            _run_seeded(check, ctx, "faults", seed, history, report, on_result, say)
+            ctx = fault_checks.FaultCtx(None, proxied, dict(contract), keeps_tools=False, run_id=report.run_id,
+                                        made=report.agents, world=world, history=history)
+            _run_seeded(check, ctx, "faults", seed, history, report, on_result, say, progress)
             ops += history.ops
             kinds.update(history.faults)
     finally:
@@ -214,7 +238,7 @@ def run_faults(
 
 
 def _run_seeded(check: Check, ctx: Ctx, mode: str, seed: int, history: History, report: Report,
-                on_result: Callable[[Result], None] | None, say: Callable[[str], None]) -> None:
+                on_result: Callable[[Result], None] | None, say: Callable[[str], None], progress: Progress) -> None:
     """One check of a seeded family (``faults``, ``crash``): its result kept, and a failure's replay line,
     the fault schedule (under ``faults``: what was armed last) and the history that broke as notes.
 
@@ -223,11 +247,14 @@ def _run_seeded(check: Check, ctx: Ctx, mode: str, seed: int, history: History, 
         result = Result(check.name, check.family, mode, False, 0.0,
                         unjudged=f"(builds on {check.builds_on}, which failed: fix that first)")
         report.results.append(result)
+        progress.finished(result)
         if on_result:
             on_result(result)
         return
+    progress.starting(check.name)
     result = run_check(check, ctx, mode)
     report.results.append(result)
+    progress.finished(result)
     if on_result:
         on_result(result)
     if not result.passed:
@@ -243,19 +270,21 @@ def _run_seeded(check: Check, ctx: Ctx, mode: str, seed: int, history: History, 
 def run_crash(
     driver: Driver, contract: Mapping[str, object], report: Report, *, quick: bool, checks: Sequence[str],
     seed: int | None, keeps_tools: bool, on_result: Callable[[Result], None] | None, say: Callable[[str], None],
+    progress: Progress,
 ) -> None:
     """The ``crash`` family; a failure's seed and the history that broke as notes, and the kills by kind."""
     seed = random.randrange(1, 1 << 31) if seed is None else seed
     say(f"crash: seed {seed} (replay: --seed {seed})")
     report.notes.append(f"seed {seed}")
     ops, kills = 0, Counter[str]()
-    for check in crash_checks.checks.checks:
-        if checks and not any(s in check.name for s in checks):
-            continue
+    chosen = chosen_by_name(crash_checks.checks.checks, checks)
+    progress.planned(len(chosen))
+    for check in chosen:
         history = History(seed)
-        ctx = crash_checks.CrashCtx(None, driver, dict(contract), keeps_tools=keeps_tools, seed=seed, quick=quick,
-                                    history=history, rng=random.Random(f"{seed}:{check.name}"))
-        _run_seeded(check, ctx, "crash", seed, history, report, on_result, say)
+        ctx = crash_checks.CrashCtx(None, driver, dict(contract), keeps_tools=keeps_tools, run_id=report.run_id,
+                                    made=report.agents, seed=seed, quick=quick, history=history,
+                                    rng=random.Random(f"{seed}:{check.name}"))
+        _run_seeded(check, ctx, "crash", seed, history, report, on_result, say, progress)
         ops += history.ops
         kills.update(ctx.kills)
     figures = f"crash: {ops} requests; processes killed: " + (

@@ -20,7 +20,12 @@ LINE = re.compile(r"^(check\w*)\.\w+( \[(serve|call)\])?  (PASS|FAIL)  \d+ ms(  
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["lnk-store-check", *args], capture_output=True, text=True, timeout=600)
+    return subprocess.run(["lnk-store-check", *args], capture_output=True, text=True, timeout=600, env=env)
+
+
+def results_of(stdout: str) -> list[str]:
+    """The result lines: neither the header nor notes (``#``) nor the summary (the last line)."""
+    return [line for line in stdout.splitlines()[:-1] if not line.startswith("#")]
 
 
 def toy_args(tmp_path: Path, *more: str) -> list[str]:
@@ -32,7 +37,7 @@ def test_a_passing_run(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.fullmatch(r"\d+ passed, 0 failed", lines[-1])
-    results = [line for line in lines[:-1] if not line.startswith("#")]
+    results = results_of(done.stdout)
     assert results and all(LINE.match(line) for line in results), results
     assert len(results) == int(lines[-1].split()[0])
 
@@ -44,6 +49,7 @@ def test_a_failing_run_says_what_and_exits_1(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert done.returncode == 1, done.stdout + done.stderr
     assert lines[-1] == "0 passed, 1 failed"
+    lines = results_of(done.stdout)
     assert lines[0].startswith("check_narrowing.only_narrows  FAIL  ")
     assert "expected" in lines[0] and "got" in lines[0] and LINE.match(lines[0])
 
@@ -51,7 +57,7 @@ def test_a_failing_run_says_what_and_exits_1(tmp_path: Path) -> None:
 def test_both_modes_are_labelled(tmp_path: Path) -> None:
     done = cli(*toy_args(tmp_path, "--mode", "both", "--check", "check.append_gaps", "--rounds", "1"))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert [line.split("  ")[0] for line in done.stdout.splitlines()[:-2]] == [
+    assert [line.split("  ")[0] for line in results_of(done.stdout)] == [
         "check.append_gaps [serve]", "check.append_gaps [call]"]
 
 
@@ -63,10 +69,13 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
         assert done.stderr
 
 
-def test_a_program_that_does_not_exist_fails(tmp_path: Path) -> None:
+def test_a_program_that_does_not_exist_is_a_setup_error(tmp_path: Path) -> None:
+    """Not a verdict (it was FAIL lines and exit 1): the pre-flight's one line and exit 2, no check run."""
     done = cli("--family", "check", "--check", "contract", str(tmp_path / "no-such-driver"))
-    assert done.returncode == 1
-    assert done.stdout.splitlines()[-1] == "0 passed, 1 failed"
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [f"lnk-store-check: cannot run PROGRAM {str(tmp_path / 'no-such-driver')!r}: "
+                                        "no such file (a typo in the name?)"]
 
 
 def test_a_check_built_on_a_failed_one_is_reported_not_judged() -> None:
