@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import support
 from support import wait_for
 from test_deploy_files import k8s_probe_timeout
 from test_metrics_bounds import IDLE, IdleConnections, drain, low_fd_limit, port_from, stop
@@ -347,26 +348,40 @@ def bridge_argv(root: Path, store_url: str | None, *extra: str) -> list[str]:
 
 
 def clean_env(**more: str) -> dict[str, str]:
-    drop = ("LNK_BUCKET_URL", "LNK_GCS_URL", "LNK_LOG_FORMAT", sd_notify.NOTIFY_SOCKET, sd_notify.WATCHDOG_USEC,
-            sd_notify.WATCHDOG_PID)
-    return {**{k: v for k, v in os.environ.items() if k not in drop}, **more}
+    """No store setting or credentials (``support.clean_env``), no log format and no systemd, plus ``more``."""
+    env = support.clean_env()
+    for name in ("LNK_LOG_FORMAT", sd_notify.NOTIFY_SOCKET, sd_notify.WATCHDOG_USEC, sd_notify.WATCHDOG_PID):
+        env.pop(name, None)
+    return {**env, **more}
+
+
+def refused_at_start(root: Path, url: str | None, env: dict[str, str]) -> str:
+    """The bridge on ``url`` (None: no setting) stops before listening with exit 2: its one error line."""
+    done = subprocess.run(bridge_argv(root, url, "--metrics-port", "0"), capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, env=env)
+    assert done.returncode == 2, done.stderr
+    ours = [line for line in done.stderr.splitlines() if line.startswith("lnk-store-bridge: ERROR")]
+    assert len(ours) == 1, done.stderr
+    assert "cannot start" in ours[0] and "LNK_BUCKET_URL" in ours[0] and "--driver-env" in ours[0]
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert not (root / "h" / ".link-store.sock").exists(), "it never listened"
+    return ours[0]
+
+
+def test_a_bridge_refuses_a_bucket_that_does_not_exist_at_start_with_exit_2(short_dir: Path, moto_server) -> None:
+    env = clean_env(**moto_server.env)
+    line = refused_at_start(short_dir, f"s3://no-such-bucket-{secrets.token_hex(4)}/p", env)
+    assert "the bucket does not exist" in line and "no-such-bucket" not in line, line
 
 
 @pytest.mark.parametrize("store", ["missing folder", "no setting"])
 def test_a_bridge_refuses_a_store_it_cannot_open_at_start_with_exit_2(short_dir: Path, store: str) -> None:
     """Before: it started, answered /metrics 200, and every call then answered the error."""
     url = f"file://{short_dir / 'no-such-store'}" if store == "missing folder" else None
-    done = subprocess.run(bridge_argv(short_dir, url, "--metrics-port", "0"), capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL, env=clean_env())
-    assert done.returncode == 2, done.stderr
-    ours = [line for line in done.stderr.splitlines() if line.startswith("lnk-store-bridge: ERROR")]
-    assert len(ours) == 1, done.stderr
-    assert "cannot start" in ours[0] and "LNK_BUCKET_URL" in ours[0] and "--driver-env" in ours[0]
-    assert "Traceback" not in done.stderr and done.stdout == ""
+    line = refused_at_start(short_dir, url, clean_env())
     if store == "missing folder":  # deploy/README.md, "Health", shows this very line
         readme = (Path(__file__).parent.parent / "deploy" / "README.md").read_text()
-        assert f"\n    {ours[0]}\n" in readme, ours[0]
-    assert not (short_dir / "h" / ".link-store.sock").exists(), "it never listened"
+        assert f"\n    {line}\n" in readme, line
     assert not (short_dir / "no-such-store").exists(), "nothing made"
 
 
