@@ -108,7 +108,7 @@ class StoreWatch:
         self.every = every
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._failing = False
+        self._failing = health.last_ok(STORE) is None  # the start-up question already warned of it
 
     def start(self) -> StoreWatch:
         self._thread = threading.Thread(target=self._run, name="bridge-store-check", daemon=True)
@@ -130,6 +130,8 @@ class StoreWatch:
             except Exception:  # a bug must cost the check, never the bridge; the probes then say not ready
                 log.exception("the bridge's store check failed")
                 found = StoreProblem("the bridge's store check failed (see the log)")
+            if self._stop.is_set():
+                return  # the bridge is stopping: its drivers ending is no news of the store
             self._note(found)
 
     def _note(self, found: StoreProblem | None) -> None:
