@@ -101,7 +101,13 @@ compare-and-set rounds, replies, by op: ``cloudstore.runtime.metrics``) and
 latencies (each request, each op), and the runner's own ``process_*`` and
 ``lnk_build_info`` (``cloudstore.runtime.metrics.process``), in the
 Prometheus text format.  Agents reached through a bridge are counted by
-that bridge's export.
+that bridge's export.  The same port answers the probes (``runtime.health``):
+``GET /healthz``, the loop turning (within ``Timing.live_within``), and
+``GET /readyz``, the runner's driver and each bridge answered its last request
+usably within ``Timing.fresh_for``; 200 or 503 with a JSON body saying why.
+Under systemd (``NOTIFY_SOCKET``) it sends ``READY=1`` once the start-up check
+passed, ``WATCHDOG=1`` while the loop turns, and ``STOPPING=1``
+(``runtime.sd_notify``).
 """
 
 from __future__ import annotations
@@ -116,7 +122,8 @@ from collections.abc import Mapping, Sequence
 
 from .gate.store_format import FORMAT, READS_FROM
 from .protocol.client import program_argv
-from .runtime import jsonlog, metrics
+from .runtime import jsonlog, metrics, sd_notify
+from .runtime.health import Health
 from .runtime.metrics.http import Exporter, export
 from .runtime.metrics.process import ProcessMetrics
 from .scheduling.config import ConfigError, Settings, load
@@ -135,6 +142,8 @@ from .scheduling.store_client import (
 )
 from .scheduling.watch import IndexSource, ListSource, Source
 
+#: The runner's own driver, as its readiness names it (a bridge is named ``bridge <socket>``).
+DRIVER_SOURCE = "driver"
 #: Set for the runner's own driver processes: they alone answer job_due (it names every agent's jobs).
 OWN_DRIVER_ENV = {"LNK_SCHEDULER_OPS": "1"}
 #: Driver processes for the workers at most (each holds an SDK and its connections: about 50 MB).
@@ -181,7 +190,8 @@ def build(settings: Settings, extra_env: Mapping[str, str] | None = None,
                 key = read_key_file(cfg.key_file or "")
             except Exception as exc:  # KeyFileError, OSError
                 raise ConfigError(f"key_file of {cfg.agent.label()}: {exc}") from exc
-            client = Counted(reach.watch(BridgeStoreClient(cfg.bridge, cfg.agent.owner, cfg.agent.id, key)))
+            client = Counted(reach.watch(BridgeStoreClient(cfg.bridge, cfg.agent.owner, cfg.agent.id, key),
+                                         f"bridge {cfg.bridge}"))
             clients.append(client)
             store = AgentStore(cfg.agent, client)
             sources.append(ListSource(store))  # a bridge names no other agent's jobs: its waiting is listed
@@ -196,8 +206,8 @@ def build(settings: Settings, extra_env: Mapping[str, str] | None = None,
                 # in parallel instead of queueing behind one process's one request at a time.
                 pool = PooledServeClient(settings.driver, env, min(settings.workers, POOL_MAX) + 1)
                 warm_pool = pool
-                shared = Counted(reach.watch(pool))
-                renewals = Counted(reach.watch(ServeClient(settings.driver, env)))
+                shared = Counted(reach.watch(pool, DRIVER_SOURCE))
+                renewals = Counted(reach.watch(ServeClient(settings.driver, env), DRIVER_SOURCE))
                 clients += [shared, renewals]
             store = AgentStore(cfg.agent, shared, own_driver=True)
             indexed.append(store)
@@ -306,15 +316,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     jsonlog.configure("lnk-cloud-scheduler", logging.WARNING, "%(message)s", json_format=True, capture_stderr=False)
     exporter: Exporter | None = None
     clients: list[Counted] = []
+    notifier = sd_notify.Notifier.from_env()  # read (and unset) before any driver inherits the environment
     try:
         settings = load(argv)
         log_to_file(settings)
         exporter = export(settings.metrics_port, settings.metrics_file, own=("lnk_scheduler_", metrics.STORE_FAMILIES),
                           process=ProcessMetrics("lnk-cloud-scheduler", FORMAT, READS_FROM))
-        reach = Reach()
+        health = Health("lnk-cloud-scheduler", settings.timing.fresh_for, settings.timing.live_within)
+        reach = Reach(health)
         runner, clients = build(settings, exporter.driver_env if exporter is not None else None, reach)
+        runner.health = health
         if exporter is not None:
             exporter.collector.extra = lambda: {**requests_sent(clients), **reach.families()}
+            exporter.health = health  # /healthz and /readyz beside /metrics
             exporter.start()
     except (ConfigError, OSError, ValueError) as exc:
         for client in clients:  # the drivers already started (a metrics port in use is found after them)
@@ -338,10 +352,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             exporter.stop()
         return 2
 
+    watchdog = sd_notify.announce_ready(notifier, lambda: health.live()[0],
+                                        f"firing the jobs of {len(settings.agents)} agent(s)")
+
     def on_signal(signum: int, _frame: object) -> None:
         # First signal: finish what's under way. Second: die now (fires die with us).
         signal.signal(signum, signal.SIG_DFL)
         runner.stop()
+        sd_notify.announce_stopping(notifier, watchdog)
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)

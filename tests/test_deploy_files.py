@@ -838,11 +838,42 @@ def test_k8s_probes_ask_the_metrics_port_each_program_listens_on():
             listen = json.loads(k8s_config()["scheduler.json"])["metrics_port"]
         host, _, port = str(listen).rpartition(":")
         assert host == "0.0.0.0", f"{name}: the kubelet probes the pod's address, not 127.0.0.1"
-        probes = [c[k] for k in ("startupProbe", "readinessProbe", "livenessProbe") if k in c]
-        assert "livenessProbe" in c and "startupProbe" in c, name
-        for probe in probes:
-            assert probe["httpGet"] == {"path": "/metrics", "port": int(port)}, (name, probe)
+        # Issue 46, item 1: every probe asked GET /metrics, which answered 200 while every call failed.
+        # Alive (startup, liveness) is the loop; ready is the store answering (runtime.health).
+        paths = {"startupProbe": "/healthz", "livenessProbe": "/healthz", "readinessProbe": "/readyz"}
+        for kind, path in paths.items():
+            assert kind in c, (name, kind)
+            assert c[kind]["httpGet"] == {"path": path, "port": int(port)}, (name, kind, c[kind])
         assert int(port) in [p["containerPort"] for p in c["ports"]]
+    from cloudstore.runtime.health import LIVE_PATH, READY_PATH
+    from cloudstore.runtime.metrics.http import ACCEPT_RATE, LISTEN_BACKLOG
+
+    assert (LIVE_PATH, READY_PATH) == ("/healthz", "/readyz"), "the paths the programs answer"
+    # The default 1 s is shorter than a probe may wait behind a flood of idle connections: a full
+    # listen backlog, accepted at the exporter's accept rate.
+    assert k8s_probe_timeout() >= LISTEN_BACKLOG / ACCEPT_RATE + 1
+
+
+def k8s_probe_timeout() -> float:
+    """The probes' timeoutSeconds, the same for every probe of deployment.yaml (the health tests use it)."""
+    found = {c[kind]["timeoutSeconds"] for c in pod_spec()["containers"]
+             for kind in ("startupProbe", "readinessProbe", "livenessProbe")}
+    assert len(found) == 1, found
+    return float(found.pop())
+
+
+def test_units_are_notify_with_a_watchdog_and_do_not_restart_a_config_error():
+    """Issue 46, item 1: Type=simple was "started" at fork, and a config error (exit 2) restarted five times."""
+    for unit_name in UNITS:
+        service = parse_unit(DEPLOY / "systemd" / unit_name)["Service"]
+        assert service["Type"] == ["notify"], unit_name
+        assert service["NotifyAccess"] == ["main"], unit_name  # the drivers and fire commands do not speak for it
+        assert service["WatchdogSec"] and service["WatchdogSec"][0] not in ("0", "infinity"), unit_name
+        assert "2" in service["RestartPreventExitStatus"][0].split(), unit_name
+        assert service["Restart"] == ["on-failure"], unit_name
+    from cloudstore.runtime.sd_notify import NOTIFY_SOCKET  # what the programs read: systemd's own name
+
+    assert NOTIFY_SOCKET == "NOTIFY_SOCKET"
 
 
 def test_k8s_socket_and_wake_folder_are_on_shared_empty_dirs():

@@ -107,12 +107,13 @@ def test_the_bridge_serves_its_process_build_and_latencies_to_a_prometheus_parse
             port = json.loads(proc.stderr.readline()).get("metrics_port")
 
         def scraped() -> dict[str, Any] | None:
-            """The families once the driver's snapshot holds both replies (written after each reply)."""
+            """The families once the driver's snapshot holds both appends' replies (written after each reply;
+            the bridge's own start-up ``last`` is a reply too)."""
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as got:
                 assert got.headers["Content-Type"] == CONTENT_TYPE
                 found = families(got.read().decode("utf-8"))
             replies = found.get("lnk_store_replies")
-            done = replies is not None and sum(s.value for s in replies.samples) == 2
+            done = replies is not None and sum(s.value for s in replies.samples if s.labels.get("op") == "append") == 2
             return found if done else None
 
         found = wait_for(scraped, what="the driver's replies at /metrics")

@@ -118,22 +118,29 @@ def test_an_unreachable_bridge_is_retried_with_backoff_and_shown_in_a_gauge(shor
 
 
 def test_a_bridge_started_with_no_driver_setting_warns_naming_it(short_dir: Path) -> None:
+    """And, since issue 46 (item 1), refuses to start (exit 2) with one line naming it, as the runner does."""
     harness, folder = short_dir / "h", short_dir / "a"
     harness.mkdir()
     folder.mkdir()
     key = short_dir / "a.key"
     key.write_text(secrets.token_hex(32) + "\n")
     key.chmod(0o600)
-    bridge = subprocess.Popen(
-        [sys.executable, "-m", "cloudstore.bridge.cli", "--harness", str(harness), "--agent-id", "a", "--no-owner",
-         "--key-file", str(key), "--agent-folder", str(folder), "--driver", "lnk-bucket-store"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env())
+    argv = [sys.executable, "-m", "cloudstore.bridge.cli", "--harness", str(harness), "--agent-id", "a", "--no-owner",
+            "--key-file", str(key), "--agent-folder", str(folder), "--driver", "lnk-bucket-store"]
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=clean_env())
+    assert done.returncode == 2, done.stderr
+    assert "LNK_BUCKET_URL" in done.stderr and "WARNING" in done.stderr, done.stderr
+    assert "ERROR cannot start" in done.stderr and "--driver-env" in done.stderr, done.stderr
+    assert done.stdout == ""
+    # Item 13: the start-up line says what the driver does in words, not as a Python repr.
+    (short_dir / "store").mkdir()
+    bridge = subprocess.Popen(argv + [f"--driver-env=LNK_BUCKET_URL=file://{short_dir / 'store'}"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=clean_env())
     try:
         wait_for(lambda: (harness / ".link-store.sock").exists() or bridge.poll() is not None, 60, "the bridge")
     finally:
         bridge.send_signal(signal.SIGTERM)
         out, err = bridge.communicate(timeout=30)
-    assert "LNK_BUCKET_URL" in err.decode() and "WARNING" in err.decode(), err
     assert out == b""
-    # Item 13: the start-up line says what the driver does in words, not as a Python repr.
     assert "Contract(" not in err.decode() and "contract version 1: serve" in err.decode(), err

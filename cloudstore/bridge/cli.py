@@ -25,6 +25,18 @@ outcome, its drivers' counters and latencies (``LNK_METRICS_DIR`` is set for
 them, see ``cloudstore.runtime.metrics``), and the bridge's own ``process_*``
 and ``lnk_build_info``, in the Prometheus text format.  ``--log-format json``
 (or ``LNK_LOG_FORMAT=json``): one JSON object a log line, for the drivers too.
+
+Health (issue 46): before it listens, the bridge asks its store once through
+a driver (``store_check``); a store it cannot open (the driver's setting
+missing or naming a folder that does not exist, a missing bucket, refused
+credentials) stops it with exit 2 and one line naming the setting, as the
+scheduler does; a store failing only for now is logged and retried.  The
+metrics port also answers ``GET /healthz`` (the gate's loop alive) and
+``GET /readyz`` (the store answered within ``FRESH_FOR`` s: a call's usable
+reply, or the bridge's own check once 30 s pass without one), 200 or 503
+with a JSON body saying why.  Under systemd (``NOTIFY_SOCKET``) it sends
+``READY=1`` once it serves, ``WATCHDOG=1`` while the gate runs, and
+``STOPPING=1`` (``runtime.sd_notify``).
 """
 
 from __future__ import annotations
@@ -41,14 +53,16 @@ from typing import Any
 
 from ..gate.store_format import FORMAT, READS_FROM
 from ..protocol.client import env_pairs
-from ..runtime import jsonlog
+from ..runtime import jsonlog, sd_notify
 from ..runtime.config_schema import ConfigFileError, Field, ListOf, Nullable, Number, Obj, Str, load_config
+from ..runtime.health import Health
 from ..runtime.metrics import STORE_FAMILIES
 from ..runtime.metrics.http import Exporter, export
 from ..runtime.metrics.process import ProcessMetrics
 from .limits import Limits
 from .proof import KeyFileError, read_key_file
-from .server import AgentSpec, StoreBridge
+from .server import STORE, AgentSpec, StoreBridge
+from .store_check import FRESH_FOR, StoreWatch, first_check
 
 log = logging.getLogger("cloudstore.bridge")
 
@@ -127,7 +141,8 @@ def _parser() -> argparse.ArgumentParser:
         help="serve counters (calls by op and outcome; the drivers' bucket requests, retries, outcome-unknown "
         "errors, lost compare-and-set rounds, replies, and the time of each request and op; the bridge's "
         "process_* and build) at http://HOST:PORT/metrics in the Prometheus text "
-        "format (HOST default 127.0.0.1; PORT 0: any free port, logged)",
+        "format (HOST default 127.0.0.1; PORT 0: any free port, logged), and the probes GET /healthz (alive) "
+        "and GET /readyz (the store answered lately): 200 or 503 with a JSON reason",
     )
     p.add_argument(
         "--metrics-file", metavar="PATH",
@@ -201,11 +216,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(str(exc))
     as_json = jsonlog.wants_json(args.log_format)
     jsonlog.configure("lnk-store-bridge", args.log_level, "lnk-store-bridge: %(levelname)s %(message)s", as_json)
+    notifier = sd_notify.Notifier.from_env()  # read (and unset) before any driver inherits the environment
     try:
         exporter = export(args.metrics_port, args.metrics_file, own=("lnk_bridge_", STORE_FAMILIES),
                           process=ProcessMetrics("lnk-store-bridge", FORMAT, READS_FROM))
     except ValueError as exc:
         parser.error(f"--metrics-port {exc}")
+    health = Health("lnk-store-bridge", fresh_for=FRESH_FOR)
+    health.expect(STORE)
+    if exporter is not None:
+        exporter.health = health  # /healthz and /readyz beside /metrics
     try:
         agents = agents_from(args, parser)
     except (KeyFileError, OSError, ValueError) as exc:
@@ -233,6 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot start: %s", problem)
         return _stopped(exporter, 1)
     bridge = StoreBridge(args.harness, agents, args.driver, driver_env, limits)
+    bridge.health = health
+    health.alive_by(bridge.gate_problem)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -242,15 +264,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # the metrics port in use: the error names it, not the bridge's socket
         log.error("cannot start: %s", exc.strerror or exc)
         return _stopped(exporter, 1)
-    try:
-        bridge.start()
-    except Exception as exc:
-        log.error("cannot start: %s", start_error(exc, bridge.socket_path))
-        return _stopped(exporter, 1)
+    failed = start_bridge(bridge, health)
+    if failed is not None:
+        code, why = failed
+        log.error("cannot start: %s", why)
+        bridge.stop()
+        return _stopped(exporter, code)
+    watch = StoreWatch(bridge, health).start()
+    watchdog = sd_notify.announce_ready(notifier, lambda: health.live()[0],
+                                        f"serving {len(agents)} agent(s) at {bridge.socket_path}")
     try:
         while not stop.wait(3600):
             pass
     finally:
+        health.stopping()
+        sd_notify.announce_stopping(notifier, watchdog)
+        watch.stop()
         bridge.stop()
         _stopped(exporter, 0)
     return 0
@@ -289,6 +318,27 @@ def harness_problem(harness: str) -> str | None:
         return f"the harness folder {harness!r} (--harness): {exc.strerror or exc}"
     if not stat.S_ISDIR(info.st_mode):
         return f"the harness folder {harness!r} (--harness) is not a folder"
+    return None
+
+
+def start_bridge(bridge: StoreBridge, health: Health) -> tuple[int, str] | None:
+    """Read the driver's contract, ask the store once, then listen: None when serving, else (exit code, why).
+
+    The store is asked before the socket is made, so a store the bridge
+    cannot open (a setting, a missing bucket: exit 2, as the scheduler
+    does) is refused before any caller can reach it.
+    """
+    try:
+        bridge.open_drivers()
+    except Exception as exc:
+        return 1, start_error(exc, bridge.socket_path)
+    refused = first_check(bridge, health)
+    if refused is not None:
+        return 2, f"{refused.problem}; {refused.fix}"
+    try:
+        bridge.start()
+    except Exception as exc:
+        return 1, start_error(exc, bridge.socket_path)
     return None
 
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -48,6 +49,7 @@ from dataclasses import dataclass, field
 from ..protocol.client import dumps
 from ..protocol.validate import Agent, shown
 from ..runtime import metrics
+from ..runtime.health import Health
 from ..settings import OP_SECONDS
 from . import rules
 from .cost import call_cost, parse_cost
@@ -149,6 +151,8 @@ class StoreBridge:
         self._accepter: threading.Thread | None = None
         self._stopping = threading.Event()
         self._log = RateLog(log)
+        #: Noted at each usable driver reply (``STORE``), for the probes' readiness (``runtime.health``).
+        self.health: Health | None = None
 
     def add_agent(self, spec: AgentSpec) -> None:
         """Serve one more agent, also while running (a test harness meets agents as it goes).
@@ -164,8 +168,11 @@ class StoreBridge:
 
     # -- life ----------------------------------------------------------------
 
-    def start(self) -> StoreBridge:
-        """Ask the driver's contract (once), then listen. Raises if either fails."""
+    def open_drivers(self) -> StoreBridge:
+        """Ask the driver's contract (once) and make the driver pool, before listening (``ask_store``
+        may then ask the store); raises if the contract can't be read. Done by ``start`` if not before."""
+        if self.pool is not None:
+            return self
         if self.contract is None:
             # Not a call: a slow first start (an SDK's imports) must not stop the bridge starting.
             self.contract = read_contract(self.driver, self.driver_env, max(self.limits.call_timeout, 30.0))
@@ -173,6 +180,11 @@ class StoreBridge:
             self.driver, self.contract, self.limits.max_drivers, self.limits.call_timeout,
             max_reply_bytes=self.limits.max_reply_bytes, shared=self.limits.shared_drivers,
         )
+        return self
+
+    def start(self) -> StoreBridge:
+        """Ask the driver's contract (once, unless ``open_drivers`` did), then listen. Raises if either fails."""
+        self.open_drivers()
         soft, hard, open_now, most = fd_room(self.limits)
         pinned = pin_mmap_threshold()
         self._sock, self._ident = listen_private(self.socket_path, LISTEN_BACKLOG)
@@ -225,7 +237,31 @@ class StoreBridge:
             self.pool.close()
         for end in self._wake or ():
             end.close()
-        log.info("store bridge at %s stopped", self.socket_path)
+        if self._sock is not None:  # it listened (a bridge refused before listening was never "at" its socket)
+            log.info("store bridge at %s stopped", self.socket_path)
+
+    def gate_problem(self) -> str | None:
+        """Why the bridge takes no calls now (None while its gate's loop runs): its liveness."""
+        if self._accepter is None:
+            return "starting: the bridge's socket is not served yet"
+        if not self._accepter.is_alive():
+            return "stopped" if self._stopping.is_set() else "the bridge's gate failed: no calls are taken"
+        return None
+
+    def ask_store(self, request: Mapping[str, object]) -> bytes:
+        """Send ``request`` through a driver as the first agent's call would go (its environment and
+        place), the bridge's own question, not a caller's: the reply line, or the pool's exceptions."""
+        assert self.pool is not None, "open_drivers first"
+        spec = next(iter(self.agents.values()))
+        return self.pool.call(spec.agent, self._call_env(spec), dumps(dict(request)).encode("utf-8"))
+
+    def _call_env(self, spec: AgentSpec) -> dict[str, str]:
+        """A call's driver environment: the op's budget inside the call's limit (the driver stops an
+        op, and says what it did, first); no LNK_STORE_DIR for shared drivers (one serves every agent)."""
+        env = {**self.driver_env, OP_SECONDS: f"{self.limits.op_budget:g}"}
+        if not self.limits.shared_drivers:
+            env["LNK_STORE_DIR"] = spec.store_dir
+        return env
 
     def __enter__(self) -> StoreBridge:
         return self.start()
@@ -363,11 +399,7 @@ class StoreBridge:
             log.warning("refused a call of %s: %s", _name(spec.agent), exc)
             CALLS.inc("", "refused")
             return self._error(f"refused: {exc}")
-        # The op's budget inside the call's limit: the driver stops an op, and says what it did, first.
-        # Shared drivers get no LNK_STORE_DIR (the pool unsets it): one process serves every agent.
-        env = {**self.driver_env, OP_SECONDS: f"{self.limits.op_budget:g}"}
-        if not self.limits.shared_drivers:
-            env["LNK_STORE_DIR"] = spec.store_dir
+        env = self._call_env(spec)
         op = _op_label(request.get("op"))
         del request
         hold.resize(min(hold.size, call_cost(line)))
@@ -401,6 +433,8 @@ class StoreBridge:
             )
         log.debug("%s of %s answered", op, _name(spec.agent))
         CALLS.inc(op, "answered")
+        if self.health is not None and not is_error_reply(reply):
+            self.health.note(STORE, True)  # the store answered (its format record read and accepted)
         return reply
 
     @staticmethod
@@ -452,6 +486,15 @@ def _op_label(op: object) -> str:
 
 
 SMALL_REPLY = 64 * 1024  # a reply this short is held outside the budget (counted per call in the bound)
+#: The source a bridge's readiness names: its drivers' store.
+STORE = "store"
+_ERROR_REPLY = re.compile(rb'\s*\{\s*"reply"\s*:\s*"error"')
+
+
+def is_error_reply(line: bytes) -> bool:
+    """Whether a driver's reply line (checked by ``check_reply_line``) is an error reply, from its first bytes."""
+    return _ERROR_REPLY.match(line[:64]) is not None
+
 
 @functools.cache
 def _read_only_ops() -> frozenset[str]:

@@ -288,7 +288,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--runner-id", help="this runner's name in leases and logs (default host/pid/random)")
     p.add_argument("--metrics-port", metavar="[HOST:]PORT",
                    help="serve counters at http://HOST:PORT/metrics, Prometheus text format (HOST default "
-                        "127.0.0.1; PORT 0: any free port, logged in a 'metrics' event)")
+                        "127.0.0.1; PORT 0: any free port, logged in a 'metrics' event), and the probes "
+                        "GET /healthz (the loop alive) and GET /readyz (the store answered lately): 200 or 503")
     p.add_argument("--metrics-file", metavar="PATH",
                    help="write the same text to PATH, replaced atomically every 5 s and at exit")
     p.add_argument("--log-file", metavar="PATH",

@@ -59,6 +59,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..runtime.health import Health, permanent_error
 from ..runtime.wake import PRESENCE_EVERY, WakeListener, encode_presences
 from .claim_leases import Claims
 from .claiming import Claimer, due_of
@@ -66,7 +67,7 @@ from .fire import FireCommand
 from .log import log
 from .peers import Peers
 from .recovery import ClaimWatch
-from .store_client import Agent, AgentStore, NotSent, StoreCallError
+from .store_client import REQUEST_TIMEOUT, Agent, AgentStore, NotSent, StoreCallError
 from .watch import Due, Poll, Source
 
 WORKERS = 4  # jobs a runner fires at once by default: one long fire doesn't hold up the others
@@ -88,6 +89,8 @@ GONE_FOR = 180.0  # an index entry refused as gone is left alone this long (the 
 SWEEP_POLLS = 5  # sweep steps (one agent's firing listed) are at least this many poll intervals apart
 RETRY_MAX = 16.0  # seconds: the longest wait before the runner asks a failing store again (an outage)
 RECOVERY_THREAD = "scheduler:recovery"  # the lease naming the one runner that scans an agent's firing
+#: Store requests one turn of the loop may wait on at their time limit (a poll, a recovery step's) before it beats.
+LIVE_REQUESTS = 3
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,18 @@ class Timing:
         return min(self.poll_interval, self.max_sleep)
 
     @property
+    def live_within(self) -> float:
+        """The longest a live runner's loop goes without turning (its liveness, ``Runner.health``): its
+        longest sleep (a poll's wait, or a failing store's backoff) and a few requests at their time limit."""
+        return max(self.look_interval, RETRY_MAX) + LIVE_REQUESTS * REQUEST_TIMEOUT
+
+    @property
+    def fresh_for(self) -> float:
+        """How long a usable reply keeps the runner ready: an idle runner asks its store every
+        ``look_interval``; a few polls missed, or one at its time limit, are not an outage yet."""
+        return 3 * self.look_interval + REQUEST_TIMEOUT
+
+    @property
     def grace(self) -> float:
         """How long a due job another runner owns waits before this one claims it: its owner's
         poll (up to ``look_interval`` after ours) and claim come first."""
@@ -121,14 +136,6 @@ class Timing:
 
 
 # -- the start-up check: one request to each agent's store ------------------
-
-#: An error reply no retry changes starts so: the driver's own setting (``LNK_BUCKET_URL`` /
-#: ``LNK_GCS_URL`` missing or malformed, a folder or bucket that does not exist, no credentials:
-#: ``settings.SettingError``) or the store's refusal (``generations.StoreRefused``: credentials not
-#: accepted, a bucket that does not exist...).  A bridge's own ``refused:`` (a wrong key, an agent
-#: it does not serve) is judged by ``bridge.client.bridge_error_word``.
-_PERMANENT_PREFIXES = ("LNK_", "the store refused the request")
-
 
 @dataclass(frozen=True)
 class StartupProblem:
@@ -152,7 +159,10 @@ def startup_problem(store: AgentStore, via: str | None = None) -> StartupProblem
     nothing fired: a permanent problem stops it at start-up instead (exit 2),
     naming the agent and what to fix.  Anything else (a timeout, an
     unreachable store, a bridge restarting) is only reported: the runner
-    retries it with backoff.
+    retries it with backoff.  An error reply is judged permanent by
+    ``health.permanent_error`` (the driver's setting, the store's refusal),
+    a bridge's own ``refused:`` (a wrong key, an agent it does not serve) by
+    ``bridge.client.bridge_error_word``.
     """
     from ..bridge.client import bridge_error_word
 
@@ -173,11 +183,9 @@ def startup_problem(store: AgentStore, via: str | None = None) -> StartupProblem
     if via and bridge_error_word(reply) == "refused":
         fix = "check its key_file: the bridge holds another key for this agent, or does not serve it"
         return StartupProblem(agent, f"{where} answered: {error}", fix, True)
-    if error.startswith(_PERMANENT_PREFIXES[0]):
-        fix = (f"fix the setting for {where}" + ("" if via else " (driver_env, or the runner's environment)"))
-        return StartupProblem(agent, f"{where} answered: {error}", fix, True)
-    if error.startswith(_PERMANENT_PREFIXES[1]):
-        fix = f"check the credentials and the bucket of {where}"
+    what = permanent_error(error)
+    if what is not None:
+        fix = f"{what} of {where}" + ("" if via else " (driver_env, or the runner's environment)")
         return StartupProblem(agent, f"{where} answered: {error}", fix, True)
     return StartupProblem(agent, f"{where} answered: {error}", "retried with backoff", False)
 
@@ -241,20 +249,31 @@ class Runner:
         self._nearby: dict[str, float] = {}
         self._present_at = -math.inf  # when this runner next says it is here (monotonic)
         self._agents = {(s.agent.owner, s.agent.id): s.agent for s in self.stores}
+        #: Beaten at each turn of the loop and while it waits for a worker: the runner's liveness.
+        self.health: Health | None = None
 
     # -- the loop ------------------------------------------------------------
 
     def stop(self) -> None:
         """Claim nothing more; ``run`` returns once the fires under way are finished."""
         self._stop.set()
+        if self.health is not None:
+            self.health.stopping()
         self.listener.interrupt()
+
+    def _stopping(self) -> bool:
+        """Whether stopping; asked every 0.2 s while the loop waits for a free worker, so a loop waiting
+        on long fires still beats (it is alive: it claims as soon as one ends)."""
+        if self.health is not None:
+            self.health.beat()
+        return self._stop.is_set()
 
     def run(self) -> None:
         started = False
         nudged = True  # the first look polls
         failures = 0  # store errors in a row: the retry waits double, up to RETRY_MAX (an outage, not a typo)
         try:
-            while not self._stop.is_set():
+            while not self._stopping():
                 try:
                     if not started:
                         self._recover_claims()  # the claim index at once: orphans of a runner that died before us
@@ -358,7 +377,7 @@ class Runner:
                 continue
             if self._owned_nearby(store.agent, name.job):
                 continue  # nudged as we were, its owner claims it now; our polls see it a grace later if not
-            if not self.claimer.acquire_slot(self._stop.is_set):
+            if not self.claimer.acquire_slot(self._stopping):
                 return poll
             found = Due(store, name.job, name.due)
             if not self.claimer.dispatch(store, name.job, self._on_told(found, self.holder)):
@@ -461,7 +480,7 @@ class Runner:
                 return None, later  # others have claimed meanwhile: a fresh poll costs less than claims of the gone
             if self.claimer.busy(found.agent, found.job):
                 continue
-            if not self.claimer.acquire_slot(self._stop.is_set):
+            if not self.claimer.acquire_slot(self._stopping):
                 return None, later
             # Waited a grace for its owner, or late: most likely claimed and gone by now.
             look = owner != self.holder or now - found.due > LATE_LOOK
@@ -504,7 +523,7 @@ class Runner:
         """A step of the claim index's watch: its listing when due, then the leases of the jobs that
         may have been orphaned (``scheduling.recovery``), each fired again once its ``take`` is ours."""
         for candidate in self.claim_watch.step(self.claimer.busy):
-            if self._stop.is_set() or not self.claimer.acquire_slot(self._stop.is_set):
+            if self._stop.is_set() or not self.claimer.acquire_slot(self._stopping):
                 return
             try:
                 outcome = self.claimer.reclaim(candidate.store, candidate.job)
@@ -573,7 +592,7 @@ class Runner:
             for job in sorted(store.list("firing"), key=due_of):
                 if self._stop.is_set() or self.claimer.busy(store.agent, job["id"]):
                     continue
-                if not self.claimer.acquire_slot(self._stop.is_set):
+                if not self.claimer.acquire_slot(self._stopping):
                     return
                 if self.claimer.reclaim(store, job["id"], look_first=True) != "claimed":
                     self.claimer.release_slot()

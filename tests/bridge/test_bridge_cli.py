@@ -21,6 +21,7 @@ from bridge_helpers import FAKE_DRIVER, wait_for
 
 from cloudstore.bridge import SOCKET_NAME, BridgeClient, cli
 from cloudstore.bridge.proof import new_key_hex
+from cloudstore.bridge.store_check import CHECK_THREAD
 
 BRIDGE = [sys.executable, "-m", "cloudstore.bridge.cli"]
 
@@ -68,7 +69,9 @@ def test_serves_flag_and_config_agents_until_sigterm(short_dir):
     assert proc.returncode == 0, err
     assert out == b""  # logs go to stderr only
     assert not os.path.exists(sock)
-    assert len(record.read_text().splitlines()) == 2
+    asked = [json.loads(line) for line in record.read_text().splitlines()]
+    # The bridge's own start-up question (issue 46: a store it cannot open stops it), then the two calls.
+    assert [r["thread"] for r in asked] == [CHECK_THREAD, "t", "t"]
 
 
 def test_refuses_to_start_with_a_key_others_may_read(short_dir):

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+from ..health import LIVE_PATH, READY_PATH, Health
 from . import AnyFamily
 from .exposition import CONTENT_TYPE
 from .snapshots import METRICS_DIR, Collector, write_atomically
@@ -87,12 +88,19 @@ class Exporter:
     (``Limits.reserved_fds``). A scrape costs a listing of the folder and a
     read of each snapshot, never a store request. The file is written at
     ``start``, every ``interval`` and at ``stop``, atomically.
+
+    With ``health`` (set before ``start``), the same port answers the
+    probes: ``GET /healthz`` (live) and ``GET /readyz`` (ready), 200 or 503
+    with a short JSON body, from the state the program keeps
+    (``runtime.health``): under the same bounds, and never a store request,
+    so a probe is answered as promptly as a scrape whatever the store does.
     """
 
     def __init__(self, collector: Collector, listen: tuple[str, int] | None = None, file: str | None = None,
                  interval: float = 5.0, owns_folder: bool = False, max_connections: int = MAX_CONNECTIONS,
-                 read_timeout: float = READ_TIMEOUT) -> None:
+                 read_timeout: float = READ_TIMEOUT, health: Health | None = None) -> None:
         self.collector = collector
+        self.health = health
         self.owns_folder = owns_folder  # the folder is removed at stop (``export`` made it)
         self.listen = listen
         self.file = file
@@ -128,7 +136,7 @@ class Exporter:
 
     def _serve(self) -> None:
         assert self.listen is not None
-        loop = _HttpLoop(self.listen, self.collector.render, self.max_connections, self.read_timeout)
+        loop = _HttpLoop(self.listen, self.collector.render, self.max_connections, self.read_timeout, self.health)
         self._loop = loop
         self.address = loop.address
         thread = threading.Thread(target=loop.run, name="metrics-http", daemon=True)
@@ -231,7 +239,8 @@ class _HttpLoop:
     may raise out of ``run``: a failure to answer costs that connection.
     """
 
-    def __init__(self, listen: tuple[str, int], render: Callable[[], str], most: int, timeout: float) -> None:
+    def __init__(self, listen: tuple[str, int], render: Callable[[], str], most: int, timeout: float,
+                 health: Health | None = None) -> None:
         host, port = listen
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
@@ -243,6 +252,7 @@ class _HttpLoop:
         name = self.listener.getsockname()
         self.address: tuple[str, int] = (str(name[0]), int(name[1]))
         self.render = render
+        self.health = health
         self.most = most
         self.timeout = timeout
         self._wake_r, self._wake_w = socket.socketpair()
@@ -390,8 +400,13 @@ class _HttpLoop:
             self._answer(conn, 405, "Method Not Allowed", b"only GET and HEAD\n", extra="Allow: GET, HEAD\r\n")
             return
         head_only = method == b"HEAD"
-        if target.split(b"?", 1)[0] != b"/metrics":
-            self._answer(conn, 404, "Not Found", b"only /metrics is here\n", head_only=head_only)
+        path = target.split(b"?", 1)[0]
+        if self.health is not None and path in (LIVE_PATH.encode(), READY_PATH.encode()):
+            self._probe(conn, path.decode("ascii"), head_only)
+            return
+        if path != b"/metrics":
+            here = b"/metrics, /healthz and /readyz are" if self.health is not None else b"/metrics is"
+            self._answer(conn, 404, "Not Found", b"only " + here + b" here\n", head_only=head_only)
             return
         try:
             body = self.render().encode("utf-8")
@@ -400,6 +415,22 @@ class _HttpLoop:
             self._answer(conn, 500, "Internal Server Error", b"the metrics could not be made\n", head_only=head_only)
             return
         self._answer(conn, 200, "OK", body, CONTENT_TYPE, head_only)
+
+    def _probe(self, conn: _Conn, path: str, head_only: bool) -> None:
+        """A probe's answer: 200 or 503 and the health's JSON body (state kept in memory: no wait)."""
+        assert self.health is not None
+        try:
+            answered = self.health.answer(path)
+        except Exception:
+            log.exception("metrics: the health answer could not be made")
+            answered = None
+        if answered is None:
+            self._answer(conn, 500, "Internal Server Error", b"the health answer could not be made\n",
+                         head_only=head_only)
+            return
+        ok, body = answered
+        status, reason = (200, "OK") if ok else (503, "Service Unavailable")
+        self._answer(conn, status, reason, body, "application/json", head_only)
 
     def _answer(self, conn: _Conn, status: int, reason: str, body: bytes,
                 content_type: str = "text/plain; charset=utf-8", head_only: bool = False, extra: str = "") -> None:
