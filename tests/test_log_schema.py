@@ -12,6 +12,7 @@ message) and then carries its own fields:
   runner's lines (``started``, a ``fired`` with the keys docs/scheduler.md
   shows, ``stopped``) and a real driver's debug line;
 * ``test_scheduler_events_keep_their_fields_at_their_level``;
+* ``test_migrate_says_a_mismatch_as_a_warning_and_the_failure_as_an_error``;
 * ``test_library_warnings_take_the_program_s_format``: urllib3's "Connection
   pool is full" and ``warnings.warn`` in the program's text format, or as
   schema lines with JSON logs, at WARNING.
@@ -125,6 +126,35 @@ def _put(url: str, *requests: dict[str, Any], wake: Path | None = None) -> None:
         done = subprocess.run(["lnk-bucket-store", "call"], input=json.dumps(request), capture_output=True,
                               text=True, timeout=60, env=env)
         assert done.stdout == '{"reply": "done"}\n', done.stdout + done.stderr
+
+
+def test_migrate_says_a_mismatch_as_a_warning_and_the_failure_as_an_error(tmp_path: Path) -> None:
+    src, dst = f"file://{tmp_path / 'src'}", f"file://{tmp_path / 'dst'}"
+    (tmp_path / "src").mkdir()
+    agent = {"id": "a", "owner": None}
+    _put(src, {"op": "append", "agent": agent, "thread": "t1", "event": {"seq": 1}})
+    first = subprocess.run(["lnk-store-admin", "migrate", src, dst], capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    _put(dst, {"op": "append", "agent": agent, "thread": "t2", "event": {"seq": 1}})  # the copy did not make it
+
+    again = subprocess.run(["lnk-store-admin", "--log-format", "json", "migrate", src, dst, "--force"],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1
+    lines = schema_lines(again.stderr)
+    assert {line["program"] for line in lines} == {"lnk-store-admin"}
+    assert not [line for line in lines if line["logger"] == "stderr"], "no line of the tool's own is a stray"
+    mismatches = [line for line in lines if line["event"] == "migrate_mismatch"]
+    assert mismatches and all(line["level"] == "WARNING" for line in mismatches), mismatches
+    assert any("threads differs" in line["message"] for line in mismatches), mismatches
+    (failed,) = [line for line in lines if line["level"] == "ERROR"]
+    assert failed["event"] == "migrate_failed" and failed["mismatches"] == len(mismatches)
+
+    text = subprocess.run(["lnk-store-admin", "migrate", src, dst, "--force"], capture_output=True, text=True,
+                          timeout=120)
+    assert text.returncode == 1
+    assert all(TEXT_LINE.match(line) for line in text.stderr.splitlines()), text.stderr
+    assert re.search(r" WARNING mismatch: .*threads differs", text.stderr), text.stderr
+    assert re.search(r" ERROR the migration failed: ", text.stderr), text.stderr
 
 
 PROGRAM = """
