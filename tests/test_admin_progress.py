@@ -14,7 +14,8 @@ every count from 1 to the total, in order, without waiting on a clock:
 * ``test_gc_migrate_and_inspect_show_progress_as_they_go``: JSON logs;
 * ``test_progress_in_text_takes_the_text_format``;
 * ``test_the_cadence_is_steady``: with a clock the test moves, a line every
-  5 s of work, not one per item, and the last always;
+  3 s of work (``LNK_PROGRESS_EVERY=3``), not one per item, and the last
+  always;
 * ``test_a_malformed_cadence_stops_the_tool_before_any_work``: exit 2,
   naming the setting or the option and the rule.
 """
@@ -128,7 +129,7 @@ def test_progress_in_text_takes_the_text_format(store: str) -> None:
 def test_the_cadence_is_steady(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [100.0]
     monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
-    monkeypatch.setenv(progress.EVERY_SETTING, "5")
+    monkeypatch.setenv(progress.EVERY_SETTING, "3")
     out = io.StringIO()
     shown = progress.Progress(30, what="objects", stream=out)
     for _ in range(30):  # one object a second
@@ -136,9 +137,8 @@ def test_the_cadence_is_steady(monkeypatch: pytest.MonkeyPatch) -> None:
         now[0] += 1.0
     shown.close()
     lines = out.getvalue().splitlines()
-    # The first at once, then one each 5 s of work, and the last whatever the clock says.
-    assert [line.split(" ", 1)[0] for line in lines] == ["1/30", "6/30", "11/30", "16/30", "21/30", "26/30",
-                                                         "30/30"], lines
+    # The first at once, then one each 3 s of work, and the last whatever the clock says.
+    assert [line.split(" ", 1)[0] for line in lines] == [f"{n}/30" for n in range(1, 30, 3)] + ["30/30"], lines
     assert lines[-1].startswith("30/30 objects, 300 bytes, 1/s (copy, 30 s)"), lines
 
 
