@@ -1,9 +1,10 @@
 """Structured logs (issue 15): ``LNK_LOG_FORMAT=json`` / ``--log-format json``.
 
 Every line a program writes on stderr must parse as one JSON object with
-time, level, logger, program and message, while stdout keeps carrying what
-it carried (a driver's replies only, the admin tool's report); the text
-format stays the default.
+time, level, logger, program, event and message (``jsonlog.SCHEMA``, issue
+46: the scheduler's lines too, tests/test_log_schema.py), while stdout keeps
+carrying what it carried (a driver's replies only, the admin tool's
+report); the text format stays the default.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ import pytest
 
 from cloudstore.bridge import SOCKET_NAME, BridgeClient
 from cloudstore.bridge.proof import new_key_hex
-from cloudstore.runtime.jsonlog import JsonFormatter
+from cloudstore.runtime.jsonlog import SCHEMA, JsonFormatter
 
-KEYS = {"time", "level", "logger", "program", "message"}
+KEYS = set(SCHEMA)
 
 
 def json_lines(stderr: str) -> list[dict[str, Any]]:
@@ -55,7 +56,7 @@ def test_formatter_writes_one_line_with_the_fields_and_the_traceback() -> None:
     assert "\n" not in line
     value = json.loads(line)
     assert value["level"] == "ERROR" and value["logger"] == "cloudstore" and value["program"] == "lnk-test"
-    assert value["message"] == "op=append failed"
+    assert value["message"] == "op=append failed" and value["event"] == "log"
     assert value["op"] == "append" and value["requests"] == 3
     assert "ValueError: bad\nthing" in value["exc"]
     assert value["time"].endswith("Z") and value["time"][10] == "T"

@@ -15,6 +15,11 @@ to stderr.  Exit 0 on success, 1 when the command failed (a refused
 destination, a migration that does not verify, the store failing), 2 on a
 usage error.  ``--log-format json`` (or ``LNK_LOG_FORMAT=json``): every line on
 stderr is one JSON object (logs, errors, progress: ``cloudstore.runtime.jsonlog``).
+Progress of the long phases (gc's reads and deletes, migrate's copy and
+verification, inspect's agents) comes every ``--progress-every`` seconds
+(``LNK_PROGRESS_EVERY``, default 5: ``progress.py``), at INFO with the
+command's other lines; warnings (a migration's conflicts and mismatches)
+at WARNING, a migration that failed at ERROR.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import sys
 from ..generations import StoreError, StoreRefused
 from ..runtime import jsonlog
 from ..settings import SettingError
+from . import progress
 
 ENVIRONMENT = """settings read from the environment (as the drivers do):
   AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL    endpoint of an S3-compatible service
@@ -36,6 +42,7 @@ ENVIRONMENT = """settings read from the environment (as the drivers do):
   GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_CLOUD_PROJECT
   LNK_STORE_LOG=debug                       log every bucket request on stderr
   LNK_LOG_FORMAT=json                       log one JSON object a line on stderr (as --log-format json)
+  LNK_PROGRESS_EVERY=SECONDS                seconds between progress lines (as --progress-every; default 5)
 """
 
 
@@ -46,6 +53,9 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-format", choices=["text", "json"], default=None,
                    help="text lines on stderr, or one JSON object a line (default: LNK_LOG_FORMAT, else text)")
+    p.add_argument("--progress-every", type=_seconds, default=None, metavar="SECONDS",
+                   help="seconds between progress lines on stderr, 0 for one a unit of work "
+                        "(default: LNK_PROGRESS_EVERY, else 5)")
     sub = p.add_subparsers(dest="command", required=True)
     i = sub.add_parser("inspect", help="what the store holds, per agent and in total")
     i.add_argument("url")
@@ -76,6 +86,14 @@ def parser() -> argparse.ArgumentParser:
 log = logging.getLogger("cloudstore.admin")
 
 
+def _seconds(value: str) -> float:
+    """``--progress-every``'s value, or argparse's usage error (exit 2) saying the rule."""
+    try:
+        return progress.parse_every(value, "--progress-every")
+    except SettingError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _say(args: argparse.Namespace, message: str) -> None:
     """A failure, on stderr: an error record in JSON mode, the program's line otherwise."""
     if args.json_logs:
@@ -89,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     level = logging.DEBUG if os.environ.get("LNK_STORE_LOG") == "debug" else logging.WARNING
     args.json_logs = jsonlog.wants_json(args.log_format)
     jsonlog.configure("lnk-store-admin", level, "%(asctime)s %(levelname)s %(message)s", args.json_logs)
+    if level > logging.INFO:
+        log.setLevel(logging.INFO)  # the tool's own lines (progress, what a migration found), not libraries'
     try:
+        progress.choose(args.progress_every)
+        progress.cadence()  # a malformed LNK_PROGRESS_EVERY stops the tool now, before any work (exit 2)
         return _run(args)
     except SettingError as exc:
         _say(args, str(exc))

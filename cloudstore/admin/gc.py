@@ -35,6 +35,10 @@ Never: events of a live epoch, a head with a lease or anything besides
 ``thread``/``epoch: 0``, job records (the drivers sweep their own tombstones),
 files and their tombstones, tools, marks, days, name records, objects it does
 not recognise.  When in doubt, keep.
+
+Its reads and deletes say how far they are (``progress.Progress``, phases
+``gc judge`` and ``gc delete``): a store of 4,700 objects on moto took 14 to
+22 s with nothing on stderr before.
 """
 
 from __future__ import annotations
@@ -56,7 +60,8 @@ from ..store.keys import claim_root, conversation_key, due_root, name_part
 from ..store.removal import FENCE, PURGE_AFTER_MS
 from ..store.space import KEEP, Contention
 from .inspect import claimed_record, holds_firing, named_entry, record_key, tombstone_head
-from .walk import ADMIN_PREFIX, Key, ListedAgent, Opened, list_all, parallel, readable
+from .progress import parallel_shown
+from .walk import ADMIN_PREFIX, Key, ListedAgent, Opened, list_all, readable
 
 log = logging.getLogger("cloudstore")
 
@@ -130,7 +135,7 @@ def judge(opened: Opened, policy: Policy | None = None) -> Plan:
     plan = Plan()
     keys = list_all(opened)
     heads = [k for k in keys if k.kind == "head"]
-    objs = parallel(lambda k: opened.store.get(k.key), heads)
+    objs = parallel_shown(lambda k: opened.store.get(k.key), heads, "heads", "gc judge")
     head_of: dict[str, tuple[Key, Any]] = {}
     for k, obj in zip(heads, objs, strict=True):
         if obj is None:
@@ -164,7 +169,8 @@ def _judge_due(opened: Opened, keys: list[Key], now: float, policy: Policy, plan
                                       f"{now - k.modified:.0f} s old", needs_conditional=False))
     old = [k for k in entries if now - k.modified >= policy.grace]
     records = sorted({record_key(opened.root, k.key) for k in old})
-    named = dict(zip(records, parallel(lambda r: named_entry(opened, r), records), strict=True))
+    named = dict(zip(records, parallel_shown(lambda r: named_entry(opened, r), records, "job records (due index)",
+                                             "gc judge"), strict=True))
     for k in old:
         if named[record_key(opened.root, k.key)] == k.key or k.version is None:
             continue
@@ -188,7 +194,8 @@ def _judge_claims(opened: Opened, keys: list[Key], now: float, policy: Policy, p
                                       needs_conditional=False))
     old = [k for k in entries if now - k.modified >= policy.grace and k.version is not None]
     records = sorted({claimed_record(opened.root, k.key) for k in old})
-    firing = dict(zip(records, parallel(lambda r: holds_firing(opened, r), records), strict=True))
+    firing = dict(zip(records, parallel_shown(lambda r: holds_firing(opened, r), records,
+                                              "job records (claim index)", "gc judge"), strict=True))
     for k in old:
         if not firing[claimed_record(opened.root, k.key)]:
             plan.doomed.append(Doomed("claim-orphan", k.key, k.version,
@@ -305,7 +312,7 @@ def apply(opened: Opened, plan: Plan, conditional: bool) -> Result:
         except NotFound:
             return d, "gone"
 
-    outcomes = parallel(delete, plan.doomed)
+    outcomes = parallel_shown(delete, plan.doomed, "objects", "gc delete")
     failed_epochs: set[tuple[str, int]] = set()  # (agent/c/thread, epoch)
     for d, outcome in outcomes:
         counts = {"deleted": result.deleted, "gone": result.gone, "changed": result.kept_changed,

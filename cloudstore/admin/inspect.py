@@ -218,7 +218,7 @@ def inspect(opened: Opened, lapse_ms: int = 30_000, show_progress: bool = False)
         if k.agent is not None:
             by_agent[k.agent].append(k)
     agents = agents_of(keys)
-    progress = Progress(len(agents), what="agents", sized=False) if show_progress else None
+    progress = Progress(len(agents), what="agents", sized=False, phase="inspect") if show_progress else None
 
     def report(agent: ListedAgent) -> dict:
         """One agent's report; an agent whose objects make an op fail is shown with the error, and

@@ -43,13 +43,21 @@ the copy is verified, leaving the destination exactly a store.
 The destination must not be used, and the source not written, until migrate
 says the stores are equal: verification reads both through the drivers' ops
 and reports every difference (exit 1).
+
+What it logs (stderr, logger ``cloudstore.admin``; ``runtime.jsonlog``'s
+schema with JSON logs): ``migrate_start`` and ``migrate_verify`` (INFO),
+the copy's and the verification's progress (``progress.Progress``), each
+conflict, refused object and mismatch as a WARNING of its own
+(``migrate_conflict``, ``migrate_refused``, ``migrate_mismatch``), and at
+the end ``migrate_verified`` (INFO) or ``migrate_failed`` (ERROR, with the
+counts): an alert on ERROR sees a migration that did not verify.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,6 +80,21 @@ from .walk import ADMIN_PREFIX, STORE_KINDS, WORKERS, Key, Opened, bounded, list
 MARKER = ADMIN_PREFIX + "migrate"
 #: Tests only: the process kills itself (SIGKILL) once this many objects are done, as a crash would.
 FAILPOINT = "LNK_ADMIN_FAILPOINT"
+
+
+admin_log = logging.getLogger("cloudstore.admin")
+
+
+def _teller(log: Callable[[str], None] | None) -> Callable[..., None]:
+    """How migrate says things: ``log`` (a caller's own, the text only) or the admin log at each line's level,
+    ``event`` and fields (``tell(level, event, text, **fields)``)."""
+    def tell(level: int, event: str, text: str, **fields: object) -> None:
+        if log is not None:
+            log(text)
+        else:
+            admin_log.log(level, "%s", text, extra={"event": event, **fields})
+
+    return tell
 
 
 class Refused(Exception):
@@ -141,8 +164,9 @@ def _carry_record(src: Opened, dst: Opened) -> None:
 
 
 def migrate(src_url: str, dst_url: str, force: bool = False, workers: int = WORKERS,
-            log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> Summary:
-    """Copy, resume, verify: see the module docstring."""
+            log: Callable[[str], None] | None = None) -> Summary:
+    """Copy, resume, verify: see the module docstring (``log``: each line's text to it, not to the log)."""
+    tell = _teller(log)
     src, dst = open_url(src_url, "SRC"), open_url(dst_url, "DST", create=True)
     if _overlap(src, dst):
         raise Refused("the source and the destination overlap (one lies inside the other)")
@@ -168,14 +192,15 @@ def migrate(src_url: str, dst_url: str, force: bool = False, workers: int = WORK
     if not summary.resumed:
         body = compact({"source": summary.source, "started": time.time()}).encode("ascii")
         marker = dst.store.put(marker_key, body, Create() if marker is None else Overwrite())
-    log(f"{'resuming' if summary.resumed else 'starting'} migration of {len(src_keys)} objects "
-        f"from {summary.source} to {summary.destination}")
+    tell(logging.INFO, "migrate_start", f"{'resuming' if summary.resumed else 'starting'} migration of "
+         f"{len(src_keys)} objects from {summary.source} to {summary.destination}",
+         source=summary.source, destination=summary.destination, objects=len(src_keys), resumed=summary.resumed)
 
     translate = translator(src.root, dst.root)
     src_raw, dst_raw = Raw(src), Raw(dst)
     present = {k.rel for k in dst_data}
     summary.extra = len(present - {k.rel for k in src_keys})
-    progress = Progress(len(src_keys))
+    progress = Progress(len(src_keys), phase="copy")
     stop_after = os.environ.get(FAILPOINT, "")
     die_at = int(stop_after) if stop_after.isdigit() else None
     started = time.monotonic()
@@ -227,19 +252,21 @@ def migrate(src_url: str, dst_url: str, force: bool = False, workers: int = WORK
     progress.close()
     summary.seconds = time.monotonic() - started
     for rel in summary.conflicts:
-        log(f"conflict: {rel} differs in the destination (kept; --force overwrites)")
+        tell(logging.WARNING, "migrate_conflict", f"conflict: {rel} differs in the destination (kept; --force "
+             "overwrites)", key=rel)
     for why in summary.refused:
-        log(f"refused: {why}")
+        tell(logging.WARNING, "migrate_refused", f"refused: {why}")
 
     _carry_record(src, dst)
-    log("verifying through the drivers' ops on both sides")
+    tell(logging.INFO, "migrate_verify", "verifying through the drivers' ops on both sides")
     began = time.monotonic()
     expected = expectation(src, dst, src_keys)
     after = [k for k in list_all(dst) if k.kind not in STORE_KINDS]
     summary.problems, summary.agents_compared = compare(src, dst, src_keys, after, expected, copied=True)
     summary.verify_seconds = time.monotonic() - began
     for problem in summary.problems:
-        log(f"mismatch: {problem}")
+        tell(logging.WARNING, "migrate_mismatch", f"mismatch: {problem}")
+    _conclude(tell, summary)
     if summary.ok and marker is not None and marker.version is not None:
         try:
             dst.store.delete(marker_key, marker.version)
@@ -253,6 +280,19 @@ def migrate(src_url: str, dst_url: str, force: bool = False, workers: int = WORK
             except (PreconditionFailed, NotFound):
                 pass
     return summary
+
+
+def _conclude(tell: Callable[..., None], summary: Summary) -> None:
+    """The run's verdict in the log: one ERROR line when it failed (what an alert on ERROR is to catch)."""
+    counts = {"conflicts": len(summary.conflicts), "refused": len(summary.refused),
+              "mismatches": len(summary.problems)}
+    if summary.ok:
+        tell(logging.INFO, "migrate_verified", f"verified: {summary.agents_compared} agents equal on both sides",
+             agents=summary.agents_compared)
+        return
+    said = ", ".join(f"{n} {what}" for what, n in counts.items() if n)
+    tell(logging.ERROR, "migrate_failed", f"the migration failed: {said} (the destination is not a copy of the "
+         "source; see the lines above)", **counts)
 
 
 def text(summary: Summary) -> str:

@@ -20,6 +20,10 @@ tombstone, a removal record or fence is no event, a lease lapsed long ago is
 no lease; yet a destination without them repeats versions and marks.  So a
 writer that was not stopped (a file written and removed during the copy) is
 caught here, by kind, the first differences of each kind named.
+
+Each part says how far it is (``progress.Progress``, phase ``verify``):
+the objects, the agents, the job records (a verification took 46 s on moto
+in issue 46's trial, with nothing on stderr between its start and end).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 from ..store.keys import decode_path
 from .copying import Raw, refusal, translator
 from .inspect import PLACES
+from .progress import parallel_shown
 from .walk import STORE_KINDS, Key, ListedAgent, Opened, OpError, agents_of, list_all, parallel
 
 #: Differences named per kind of object; past that, a count.
@@ -139,7 +144,8 @@ def due_consistency(opened: Opened, keys: list[Key]) -> list[str]:
     present = {k.key for k in keys if k.kind == "due"}
     jobs = [k for k in keys if k.kind == "job"]
     out = []
-    for k, obj in zip(jobs, parallel(lambda k: opened.store.get(k.key), jobs), strict=True):
+    read = parallel_shown(lambda k: opened.store.get(k.key), jobs, "job records", "verify")
+    for k, obj in zip(jobs, read, strict=True):
         if obj is None:
             continue
         try:
@@ -186,7 +192,7 @@ def compare(src: Opened, dst: Opened, src_keys: list[Key], dst_keys: list[Key],
     # rewrites a head there alone, new nonce and all, with the same meaning.
     if copied:
         problems += objects(src, dst, src_keys, dst_keys)
-    for found in parallel(one, agents, workers=4):
+    for found in parallel_shown(one, agents, "agents", "verify", workers=4):
         problems.extend(found)
     problems += due_consistency(dst, dst_keys)
     return problems, len(agents)
@@ -230,7 +236,7 @@ def objects(src: Opened, dst: Opened, began: list[Key], dst_keys: list[Key]) -> 
         return None
 
     keys = sorted(now.values(), key=lambda k: k.rel)
-    for key, what in zip(keys, parallel(judge, keys), strict=True):
+    for key, what in zip(keys, parallel_shown(judge, keys, "objects", "verify"), strict=True):
         if what is not None:
             differ(key, what)
     out: list[str] = []

@@ -11,8 +11,10 @@ for it (``ListedAgent.name`` is None).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -28,6 +30,8 @@ from ..store.space import Space
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+log = logging.getLogger("cloudstore.admin")
 
 #: Where the admin tool keeps its own objects below a store's root (probes, the migrate marker).
 #: Not part of the drivers' layout: no driver reads or lists it, and migrate never copies it.
@@ -202,13 +206,18 @@ def readable(opened: Opened) -> dict | None:
 
 
 def list_all(opened: Opened) -> list[Key]:
-    """Every key of the store, in byte order, classified."""
+    """Every key of the store, in byte order, classified (and how many, in the log: a listing of a large
+    store takes seconds, one request a thousand keys, with nothing else to show for it)."""
     root = opened.root
     out = []
+    began = time.monotonic()
     for item in opened.store.list(root):
         rel = item.key[len(root):]
         kind, agent = classify(rel)
         out.append(Key(item.key, rel, kind, agent, int(item.size or 0), item.modified, item.version))
+    seconds = time.monotonic() - began
+    log.info("listed %d objects of %s in %.1f s", len(out), opened.url, seconds,
+             extra={"event": "listed", "store": opened.url, "objects": len(out), "seconds": round(seconds, 3)})
     return out
 
 
@@ -221,13 +230,28 @@ def agents_of(keys: Iterable[Key]) -> list[ListedAgent]:
     return list(seen.values())
 
 
-def parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = WORKERS) -> list[R]:
-    """``fn`` of each item, in order, on a few threads (requests spend their time waiting)."""
+def parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = WORKERS,
+             done: Callable[[], object] | None = None) -> list[R]:
+    """``fn`` of each item, in order, on a few threads (requests spend their time waiting).
+
+    ``done`` is called as each item is finished (a ``Progress``'s ``tick``): a long phase says how far it is.
+    """
     items = list(items)
+    if done is not None:
+        fn = _then_tick(fn, done)
     if len(items) <= 1:
         return [fn(i) for i in items]
     with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
         return list(pool.map(fn, items))
+
+
+def _then_tick(fn: Callable[[T], R], done: Callable[[], object]) -> Callable[[T], R]:
+    def counted(item: T) -> R:
+        result = fn(item)
+        done()
+        return result
+
+    return counted
 
 
 def bounded(fn: Callable[[T], R], items: Iterable[T], workers: int = WORKERS) -> Iterator[R]:

@@ -1,5 +1,14 @@
 """The scheduler's log: one JSON object a line, on stderr or in a file of its own; nothing on stdout.
 
+Each event is a line of the one schema every program writes
+(``runtime.jsonlog``): ``time`` (UTC, ms: it replaced the float ``at`` of
+0.7 and before, so a scheduler's line and its bridge's sort and join by
+the same key), ``level`` (``LEVELS``: INFO unless the event says something
+went wrong), ``logger`` ``cloudstore.scheduler``, ``program``
+``lnk-cloud-scheduler``, ``event`` (``fired``, ``store_error``, ...),
+``message`` (the event's name: the scheduler's events are their fields),
+then the event's own fields, as before.
+
 One writer for every thread (main loop, lease renewer, fire workers), so lines
 never interleave; each line is written whole in one ``write`` and flushed, so a
 supervisor or a test reading the stream sees complete events even if the
@@ -38,11 +47,24 @@ import json
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from ..runtime.jsonlog import entry
 from ..runtime.metrics import counter
+
+#: Who the lines say wrote them (``program``, ``logger`` of the schema).
+PROGRAM = "lnk-cloud-scheduler"
+LOGGER = "cloudstore.scheduler"
+#: Events that say something went wrong, by level; every other event is INFO.  A ``fired`` whose command
+#: was killed or could not start is a WARNING (``level_of``).  An operator alerting on WARNING sees these.
+LEVELS = {
+    **dict.fromkeys(("claim_failed", "finish_retry", "finish_later", "finish_not_ours", "lapse_below_recommended",
+                     "lease_end_failed", "lease_renew_failed", "not_started", "paused", "renew_slow",
+                     "store_error", "store_unreachable", "wake_refused"), "WARNING"),
+    **dict.fromkeys(("finish_failed", "lease_lost", "lost_job", "renewer_failed", "worker_failed",
+                     "log_file_failed"), "ERROR"),
+}
 
 _lock = threading.Lock()
 EVENTS = counter("lnk_scheduler_events_total", "Events of the scheduler's log (fired, claim_failed, lease_lost, "
@@ -127,7 +149,7 @@ def _write(line: str) -> None:
             _file.write(line.encode("utf-8", "surrogatepass"))
             return
         except OSError as exc:  # a full disk, a folder gone: the line goes to stderr rather than nowhere
-            line = json.dumps({"event": "log_file_failed", "error": str(exc)}) + "\n" + line
+            line = _line("log_file_failed", {"error": str(exc)}) + line
     try:
         sys.stderr.write(line)
         sys.stderr.flush()
@@ -135,13 +157,24 @@ def _write(line: str) -> None:
         pass  # stderr closed: nothing left to tell
 
 
+def level_of(event: str, fields: dict[str, Any]) -> str:
+    """The level an event is logged at: ``LEVELS``, and a ``fired`` killed or not started is a WARNING."""
+    if event == "fired" and (fields.get("killed") or fields.get("error")):
+        return "WARNING"
+    return LEVELS.get(event, "INFO")
+
+
+def _line(event: str, fields: dict[str, Any]) -> str:
+    """One event as one line of the schema (``runtime.jsonlog.entry``), compact, newline included."""
+    record = entry(PROGRAM, level_of(event, fields), LOGGER, event, event, fields)
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
+
+
 def log(event: str, **fields: Any) -> None:
-    """Write ``{"event": event, **fields, "at": <now>}`` as one line (stderr, or the log file)."""
+    """Write ``event`` and its ``fields`` as one line of the schema (stderr, or the log file)."""
     if event not in NOT_COUNTED:
         EVENTS.inc(event)
-    record = {"event": event, **fields}
-    record.setdefault("at", round(time.time(), 3))
-    line = json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
+    line = _line(event, fields)
     with _lock:
         _write(line)
 
