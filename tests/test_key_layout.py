@@ -387,6 +387,7 @@ def test_what_reading_both_layouts_costs(old_tree: str, tmp_path: Any) -> None:
     write_old(old_tree, url, [{"op": "file_write", "agent": agent, "path": "skills/old", "data": b64(b"o"),
                                "version": 0}])
     opened = open_url(url)
+    opened.space.reads_write_back = True  # a driver's costs: its first listing makes the ledger (an admin tool's not)
     store = opened.store
     counts = {"get": 0, "put": 0}
     real_get, real_put = store.get, store.put

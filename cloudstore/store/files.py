@@ -495,8 +495,8 @@ class Files:
         ledger, inline, hashed = self.space.at_once(
             lambda: self._ledger_known(keys), lambda: self.store.list(keys.folder(folder)),
             lambda: self.store.list(keys.hashed_files()))
-        if ledger is None:
-            ledger = self._ledger(keys)
+        if ledger is None:  # a read: the ledger it makes is kept only where reads write back (an admin tool's: not)
+            ledger = self._ledger(keys, keep=self.space.reads_write_back)
         base = keys.files()
         listed_keys = {item.key for item in inline + hashed}
         judged: list[tuple[Listed, bool | None, str | None]] = []
@@ -578,7 +578,7 @@ class Files:
         """``_ledger`` for its making alone (work left for after a reply)."""
         self._ledger(keys)
 
-    def _ledger(self, keys: AgentKeys) -> Facts:
+    def _ledger(self, keys: AgentKeys, keep: bool = True) -> Facts:
         """The agent's ledger, made when it has none: every file object it holds, read once, by version.
 
         Made by the first writer of a file of the agent (after its reply) or
@@ -587,17 +587,21 @@ class Files:
         version of one object), so whichever wins is kept.  An object written
         after the listing that made the ledger is of this layout (only drivers
         of this layout write once a ledger exists): its size says its state.
+
+        ``keep`` False makes it for this answer alone, neither written nor
+        remembered (an admin tool's listing, ``Space.reads_write_back``); a
+        writer's making (``_make_ledger``, ``_guard_later``) always keeps it.
         """
         with self._making:  # one maker at a time in a process: the others then find it made
             known = self._ledger_known(keys)
             if known is not None:
                 return known
-            return self._made(keys)
+            return self._made(keys, keep)
 
-    def _made(self, keys: AgentKeys) -> Facts:
+    def _made(self, keys: AgentKeys, keep: bool) -> Facts:
         before, old = ledger_facts(self.store, keys.files())
         unkept = {k: (str(v[0]), bool(v[1]), str(v[2])) for k, v in before.items()}
-        if not self.space.reads_write_back:  # an admin tool's listing: true, only not kept (nor remembered)
+        if not keep:  # true, only not kept (nor remembered)
             return unkept
         raw = ledger_body(before, old)
         try:
