@@ -269,11 +269,14 @@ def test_the_bridge_exports_its_own_families_and_true_histograms(short_dir: Path
     assert bridge_seconds.kind == "histogram"
     ops, requests = found["lnk_store_op_duration_seconds"], found["lnk_store_request_duration_seconds"]
     replies, counted = found["lnk_store_replies_total"], found["lnk_store_requests_total"]
+    # The bridge asks its store once before it listens (bridge/store_check.py: a driver's ``last``, no call of
+    # an agent's): the drivers answered it, the bridge's call families do not count it.
+    asked = {**calls, "last": calls["last"] + 1}
     for op, n in calls.items():
         assert total(bridge_calls, "lnk_bridge_calls_total", op=op, outcome="answered") == n, op
         assert total(bridge_seconds, "lnk_bridge_call_duration_seconds_count", op=op) == n, op
-        assert total(replies, "lnk_store_replies_total", backend="file", op=op) == n, op
-        assert total(ops, "lnk_store_op_duration_seconds_count", backend="file", op=op) == n, op
+        assert total(replies, "lnk_store_replies_total", backend="file", op=op) == asked[op], op
+        assert total(ops, "lnk_store_op_duration_seconds_count", backend="file", op=op) == asked[op], op
     for (_, labels), n in counted.samples.items():  # every request counted was timed, under the same op
         assert total(requests, "lnk_store_request_duration_seconds_count", **dict(labels)) == n > 0, labels
     # Bounded label sets: an op from the table (or "", "other"), a request of the four kinds.
