@@ -93,7 +93,7 @@ def file_list_ledger_after() -> None:
 
     read = Files._ledger_known
     Files._ledger_known = lambda self, keys: self._ledgers.get(keys.base)  # type: ignore[method-assign]
-    Files._ledger = read  # type: ignore[method-assign]  # asked once the listing is in
+    Files._ledger = lambda self, keys, keep=True: read(self, keys)  # type: ignore[method-assign]  # after the listing
 
 
 def idle_poll_reads_marks() -> None:
