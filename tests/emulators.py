@@ -42,6 +42,7 @@ import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -160,13 +161,16 @@ def new_gcs_bucket(em: Emulator, name: str) -> None:
     urllib.request.urlopen(req, timeout=10).read()
 
 
-def start_moto(bucket: str = "cloudstore-test", port: int | None = None) -> Emulator:
-    """moto's S3 server on loopback with ``bucket`` made."""
+def start_moto(bucket: str = "cloudstore-test", port: int | None = None,
+               settings: dict[str, str] | None = None) -> Emulator:
+    """moto's S3 server on loopback with ``bucket`` made; ``settings`` are moto_atomic.py's (its own test)."""
     port = port or free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        # moto's server with its conditional writes atomic, as S3's are (moto_atomic.py says why)
+        [sys.executable, str(Path(__file__).with_name("moto_atomic.py")), "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, **(settings or {})},
     )
     endpoint = f"http://127.0.0.1:{port}"
     _wait_http(f"{endpoint}/moto-api/", proc)
