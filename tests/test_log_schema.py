@@ -188,3 +188,19 @@ def test_library_warnings_take_the_program_s_format() -> None:
                                                                  "lnk-store-admin")
     assert pool["message"].startswith("Connection pool is full")
     assert (warned["level"], warned["logger"]) == ("WARNING", "py.warnings") and "careful" in warned["message"]
+
+
+def test_a_usage_error_with_json_logs_is_one_error_record(tmp_path: Path) -> None:
+    """A bridge told ``--log-format json`` whose flags name no whole agent: argparse's usage and error were
+    ten records at INFO (logger ``stderr``); an alert on ERROR missed a bridge that never started."""
+    harness = tmp_path / "h"
+    harness.mkdir(mode=0o700)
+    done = subprocess.run(
+        [sys.executable, "-m", "cloudstore.bridge.cli", "--harness", str(harness), "--agent-id", "a", "--no-owner",
+         "--driver", "lnk-bucket-store", "--log-format", "json"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 2, done.stderr
+    (line,) = schema_lines(done.stderr)
+    assert (line["level"], line["event"], line["program"]) == ("ERROR", "usage_error", "lnk-store-bridge"), line
+    assert line["message"].startswith("lnk-store-bridge: error: an agent by flags needs"), line
+    assert line["usage"].startswith("usage: lnk-store-bridge "), line

@@ -47,7 +47,7 @@ ENVIRONMENT = """settings read from the environment (as the drivers do):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = jsonlog.ArgumentParser(  # a usage error once logs are JSON: one ERROR record
         prog="lnk-store-admin", description="Inspect, garbage-collect and migrate a cloudstore store.",
         epilog=ENVIRONMENT, formatter_class=argparse.RawDescriptionHelpFormatter,
     )

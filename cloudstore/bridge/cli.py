@@ -68,7 +68,7 @@ log = logging.getLogger("cloudstore.bridge")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = jsonlog.ArgumentParser(  # a usage error once logs are JSON: one ERROR record
         prog="lnk-store-bridge",
         description="Answer proved store calls at HARNESS/.link-store.sock through a store driver. "
         "Serve one agent by the --agent-* flags, more with --config (or both). "

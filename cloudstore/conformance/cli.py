@@ -49,7 +49,7 @@ log = logging.getLogger("cloudstore.conformance")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = jsonlog.ArgumentParser(  # a usage error once logs are JSON: one ERROR record
         prog="lnk-store-check",
         description="Check that a Link store driver program keeps the store contract (docs/protocol.md), "
         "driving it only through its commands: contract, call and serve.",

@@ -36,6 +36,7 @@ Standard library only: the drivers import this at start-up.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import logging
@@ -44,7 +45,7 @@ import sys
 import threading
 import time
 from types import TracebackType
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 #: The environment variable choosing the format: ``json`` or ``text`` (the default).
 FORMAT_SETTING = "LNK_LOG_FORMAT"
@@ -190,6 +191,25 @@ class StrayLines(io.TextIOBase):
     @property
     def encoding(self) -> str:  # type: ignore[override]
         return getattr(self.real, "encoding", "utf-8")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse``'s parser, whose usage error is one ERROR record when stderr is the log's (JSON mode).
+
+    argparse prints its usage and then ``PROG: error: ...`` on stderr and
+    exits 2; in JSON mode each of those lines became a stray record at INFO
+    (logger ``stderr``), so an alert on ERROR missed a program that never
+    started.  Here the error is one record at ERROR (``event``
+    ``usage_error``, the usage as a field), and the exit is still 2.  In text
+    mode, or before logging is set up, it is argparse's own.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        if isinstance(sys.stderr, StrayLines):
+            logging.getLogger(self.prog).error("%s: error: %s", self.prog, message, extra={
+                "event": "usage_error", "usage": " ".join(self.format_usage().split())})
+            sys.exit(2)
+        super().error(message)
 
 
 def _route_the_rest(real: TextIO, capture_stderr: bool) -> None:
