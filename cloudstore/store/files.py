@@ -61,7 +61,7 @@ import base64
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, TypeGuard, TypeVar
 
@@ -238,6 +238,11 @@ def ledger_facts(store: Any, files_prefix: str) -> tuple[dict[str, list[Any]], b
 
 #: What a ledger holds of one object: (its version, live, its path), by its key below the agent's ``f/``.
 Facts = dict[str, tuple[str, bool, str]]
+
+
+def as_facts(before: Mapping[str, Any]) -> Facts:
+    """A ledger's ``before`` (as ``ledger_facts`` makes it, or as a stored ledger holds it) as ``Facts``."""
+    return {k: (str(v[0]), bool(v[1]), str(v[2])) for k, v in before.items()}
 
 
 class Files:
@@ -568,7 +573,7 @@ class Files:
 
     def _keep(self, keys: AgentKeys, raw: bytes) -> Facts:
         record = json.loads(raw)
-        facts: Facts = {k: (str(v[0]), bool(v[1]), str(v[2])) for k, v in record["before"].items()}
+        facts = as_facts(record["before"])
         self._ledgers.put(keys.base, facts, len(keys.base) + len(raw) * 4)
         if is_clean(record):
             self._clean.put(keys.base, True, len(keys.base))
@@ -600,9 +605,8 @@ class Files:
 
     def _made(self, keys: AgentKeys, keep: bool) -> Facts:
         before, old = ledger_facts(self.store, keys.files())
-        unkept = {k: (str(v[0]), bool(v[1]), str(v[2])) for k, v in before.items()}
         if not keep:  # true, only not kept (nor remembered)
-            return unkept
+            return as_facts(before)
         raw = ledger_body(before, old)
         try:
             self.store.put(keys.file_ledger(), raw, Create())
@@ -612,5 +616,5 @@ class Files:
                 return self._keep(keys, obj.data)
         except StoreUnavailable as exc:  # still true, only not kept: the next listing makes it again
             log.warning("the agent's file ledger could not be written (%s); this listing read every object", exc)
-            return unkept
+            return as_facts(before)
         return self._keep(keys, raw)
