@@ -128,7 +128,7 @@ from .runtime.metrics.http import Exporter, export
 from .runtime.metrics.process import ProcessMetrics
 from .scheduling.config import ConfigError, Settings, load
 from .scheduling.fire import FireCommand
-from .scheduling.log import Lines, log, to_file
+from .scheduling.log import Lines, log, refuse, to_file
 from .scheduling.reach import Reach
 from .scheduling.runner import Runner, startup_problem
 from .scheduling.store_client import (
@@ -335,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             client.close()
         if exporter is not None:
             exporter.stop()
-        print(f"lnk-cloud-scheduler: {exc}", file=sys.stderr)
+        refuse("refused", str(exc))
         return 2
     if exporter is not None:
         log("metrics", port=exporter.address[1] if exporter.address else None,
@@ -343,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = startup_check(settings, runner)
     if problems:
         for line in problems:
-            print(f"lnk-cloud-scheduler: {line}", file=sys.stderr)
+            refuse("refused", line)
         for client in clients:
             client.close()
         runner.listener.close()

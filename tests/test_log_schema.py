@@ -204,3 +204,25 @@ def test_a_usage_error_with_json_logs_is_one_error_record(tmp_path: Path) -> Non
     assert (line["level"], line["event"], line["program"]) == ("ERROR", "usage_error", "lnk-store-bridge"), line
     assert line["message"].startswith("lnk-store-bridge: error: an agent by flags needs"), line
     assert line["usage"].startswith("usage: lnk-store-bridge "), line
+
+
+def test_the_scheduler_s_refusals_at_start_up_are_error_records(tmp_path: Path) -> None:
+    """The runner's log is JSON from its first line: a usage error, a bad setting and a store no retry can fix
+    (a ``file://`` folder that does not exist) were plain ``lnk-cloud-scheduler: ...`` lines, the one shape a
+    log reader could not parse; each is now one ERROR record of the schema, and the exit status still 2."""
+    runs = {
+        "usage_error": ["--no-such-flag"],
+        "refused": ["--agent", "a", "--driver", "no-such-driver-q", "--fire", "true"],
+        "store": ["--agent", "a", "--driver", "lnk-bucket-store", "--fire", "true",
+                  "--driver-env", f"LNK_BUCKET_URL=file://{tmp_path}/not-made"],
+    }
+    for name, argv in runs.items():
+        done = subprocess.run([sys.executable, "-m", "cloudstore.scheduler", *argv], capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL, env={**os.environ, "LNK_LOG_FORMAT": "json"})
+        assert done.returncode == 2 and done.stdout == "", (name, done.stderr)
+        ours = [line for line in schema_lines(done.stderr) if line["program"] == "lnk-cloud-scheduler"]
+        (line,) = [line for line in ours if line["level"] == "ERROR"]
+        assert line["event"] == ("usage_error" if name == "usage_error" else "refused"), line
+        assert {"usage_error": "--no-such-flag", "refused": "no-such-driver-q", "store": "LNK_BUCKET_URL"}[name] \
+            in line["message"], line
+    assert not (tmp_path / "not-made").exists()

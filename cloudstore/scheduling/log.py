@@ -63,14 +63,15 @@ LEVELS = {
                      "lease_end_failed", "lease_renew_failed", "not_started", "paused", "renew_slow",
                      "store_error", "store_unreachable", "wake_refused"), "WARNING"),
     **dict.fromkeys(("finish_failed", "lease_lost", "lost_job", "renewer_failed", "worker_failed",
-                     "log_file_failed"), "ERROR"),
+                     "log_file_failed", "refused", "usage_error"), "ERROR"),
 }
 
 _lock = threading.Lock()
 EVENTS = counter("lnk_scheduler_events_total", "Events of the scheduler's log (fired, claim_failed, lease_lost, "
                  "recovering, store_error, ...), by event; not its start, stop and settings lines.", ("event",))
 #: The lines about the runner itself, once a process, which ``EVENTS`` does not count (the module docstring).
-NOT_COUNTED = frozenset({"started", "stopped", "metrics", "lapse_below_recommended", "test_stopping"})
+NOT_COUNTED = frozenset({"started", "stopped", "metrics", "lapse_below_recommended", "test_stopping", "refused",
+                         "usage_error"})
 
 
 class RotatingFile:
@@ -177,6 +178,25 @@ def log(event: str, **fields: Any) -> None:
     line = _line(event, fields)
     with _lock:
         _write(line)
+
+
+def refuse(event: str, reason: str, **fields: Any) -> None:
+    """A start-up refusal (``refused``: a bad setting, a store no retry can fix; ``usage_error``: the
+    command line) as one ERROR line of the schema, ``message`` the reason, always on stderr.
+
+    Up to 0.8 these were plain ``lnk-cloud-scheduler: REASON`` lines, the one shape of the runner's output
+    a JSON log reader could not parse, and no alert on ERROR saw a runner that never started.  They go to
+    stderr even with ``log_file``: the supervisor that sees the exit status (journald, the container's log)
+    shows why beside it.
+    """
+    line = json.dumps(entry(PROGRAM, "ERROR", LOGGER, event, reason, fields), separators=(",", ":"),
+                      ensure_ascii=False, default=str) + "\n"
+    with _lock:
+        try:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
 
 
 class Lines(io.TextIOBase):
