@@ -35,7 +35,7 @@ from .generations import (
     Update,
     try_timeout,
 )
-from .http_status import http_retry_after, is_refusal, meaning, refused
+from .http_status import BUCKET_GONE, http_retry_after, is_refusal, meaning, refused
 
 # python-storage retries these statuses (google/cloud/storage/retry.py
 # _RETRYABLE_STATUS_CODES: 408, 429, 500, 502, 503, 504); 409 is a conflict
@@ -51,7 +51,7 @@ def _meaning(status: int, text: str) -> str:
     if "object length" in lowered or ("name" in lowered and ("too long" in lowered or "1024" in lowered)):
         return "a path part is longer than the store accepts (GCS: 1,024 bytes a whole object name)"
     if "bucket does not exist" in lowered:
-        return "the bucket does not exist"
+        return BUCKET_GONE
     return meaning(status)
 
 
@@ -66,6 +66,20 @@ def refusal(status: int | None, text: str) -> StoreRefused | None:
     if bucket_gone or is_refusal(status):
         return refused(str(status), _meaning(status, text))
     return None
+
+
+def _bucket_gone(mapped: Exception) -> Exception:
+    """``mapped``, or the bucket's refusal when it is a 404 where only a missing bucket gives one.
+
+    A listing, or a create (``ifGenerationMatch=0``), of a bucket that exists
+    never answers 404: the 404 is the bucket's.  GCS says so in its message
+    ("The specified bucket does not exist", ``refusal``); fake-gcs-server says
+    only "Not Found", and its missing bucket came out as a store error naming
+    the endpoint at the first write, and as an empty store at every listing.
+    """
+    if isinstance(mapped, NotFound):
+        return refused("404", BUCKET_GONE)
+    return mapped
 
 
 def _retry_after(exc: Exception) -> float | None:
@@ -327,7 +341,7 @@ class GCSBackend:
             mapped = _classify(exc, creating=isinstance(mode, Create))
             if isinstance(mapped, NotFound) and isinstance(mode, Update):
                 raise PreconditionFailed(key) from exc
-            raise mapped from exc
+            raise (_bucket_gone(mapped) if isinstance(mode, Create) else mapped) from exc
         return str(blob.generation)
 
     def delete(self, key: str, version: str | None) -> None:
@@ -365,7 +379,7 @@ class GCSBackend:
                              str(blob.generation) if blob.generation else None,
                              int(blob.size) if blob.size is not None else None)
         except Exception as exc:  # noqa: BLE001
-            raise _classify(exc) from exc
+            raise _bucket_gone(_classify(exc)) from exc
 
     def list_dirs(self, prefix: str) -> builtins.list[str]:
         try:
@@ -376,5 +390,5 @@ class GCSBackend:
             names = {b.name[len(prefix):] for b in it}
             dirs = {p[len(prefix):].rstrip("/") for p in it.prefixes}
         except Exception as exc:  # noqa: BLE001
-            raise _classify(exc) from exc
+            raise _bucket_gone(_classify(exc)) from exc
         return sorted(dirs | names)

@@ -28,6 +28,9 @@ REFUSED_STATUS = {
 NOT_REFUSALS = frozenset({404, 408, 409, 412, 416, 429})
 #: What a refusal says when neither the status nor the backend knows more.
 REFUSED = "the store refused it"
+#: What every backend's refusal says of a bucket that does not exist: the drivers add the setting that
+#: names it (``protocol.answerer``), the Python API raises ``StoreNotFoundError`` for it.
+BUCKET_GONE = "the bucket does not exist"
 
 
 def is_refusal(status: int) -> bool:

@@ -44,7 +44,7 @@ from .generations import (
     Transient,
     Update,
 )
-from .http_status import http_retry_after, is_refusal, meaning, refused
+from .http_status import BUCKET_GONE, http_retry_after, is_refusal, meaning, refused
 
 # Error codes retried: botocore's standard retry mode (botocore/retries/standard.py:
 # TransientRetryableChecker._TRANSIENT_ERROR_CODES and ThrottledRetryableChecker.
@@ -83,7 +83,7 @@ _REFUSALS = {
     "XMinioParentIsObject": "a path names a folder where the store keeps a file of the same name",
     "ObjectExistsAsPrefix": "a path names a file where the store keeps a folder of the same name",
     "XMinioObjectExistsAsDirectory": "a path names a file where the store keeps a folder of the same name",
-    "NoSuchBucket": "the bucket does not exist",
+    "NoSuchBucket": BUCKET_GONE,
     "AccessDenied": "the driver's credentials may not do this here",
     "AllAccessDisabled": "all access to the bucket is disabled",
     "InvalidAccessKeyId": "the driver's credentials are not known to the store",

@@ -173,6 +173,23 @@ def test_no_aws_credentials_is_an_error_naming_the_settings_without_a_traceback(
     assert "Traceback" not in err and len(err.splitlines()) <= 2, err
 
 
+@pytest.mark.parametrize("request_", [REQUEST, json.dumps({"op": "append", "agent": {"id": "a", "owner": None},
+                                                             "thread": "t", "seq": 1, "event": {"n": 1}})],
+                         ids=["last", "append"])
+def test_a_gcs_bucket_that_does_not_exist_is_an_error_naming_the_setting(gcs_server, request_: str) -> None:
+    """fake-gcs-server's 404 of a missing bucket says only "Not Found": ``last`` answered 0 (its listing read
+    as an empty store) and the first write an internal error naming the endpoint.  A listing or a create that
+    404s is the bucket's (gcs.py ``_bucket_gone``), as GCS's own words say."""
+    env = clean_env(**gcs_server.env)
+    env["LNK_GCS_URL"] = f"gs://no-such-bucket-{uuid.uuid4().hex[:8]}/p"
+    done = subprocess.run(["lnk-gcs", "call"], input=request_, capture_output=True, text=True, env=env, timeout=90)
+    reply = json.loads(done.stdout)
+    assert reply["reply"] == "error" and "the bucket does not exist" in reply["error"], reply
+    assert "LNK_GCS_URL" in reply["error"] and "internal error" not in reply["error"], reply
+    assert "no-such-bucket" not in reply["error"] and "127.0.0.1" not in reply["error"], reply
+    assert "Traceback" not in done.stderr
+
+
 def test_a_bucket_that_does_not_exist_is_an_error_naming_the_setting(moto_server) -> None:
     env = clean_env(**moto_server.env)
     env["LNK_BUCKET_URL"] = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/p"

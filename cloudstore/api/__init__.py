@@ -537,7 +537,7 @@ class Engine:
         naming no store, ``StoreNotFoundError`` naming that URL (the drivers' reply names their setting
         instead, which an API user never set: ``ApiAnswerer``).
         """
-        from ..protocol.answerer import BUCKET_GONE
+        from ..http_status import BUCKET_GONE
 
         if kind == "failed" and BUCKET_GONE in message:
             at = f" at {self.endpoint}" if self.endpoint else ""

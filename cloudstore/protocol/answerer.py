@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..http_status import BUCKET_GONE
+
 if TYPE_CHECKING:
     from .service import Answered, Service
 
@@ -31,9 +33,6 @@ log = logging.getLogger("cloudstore")
 #: "1" lets this process answer the scheduler's ops (``job_due``...; service.py): the runner sets it for its
 #: own driver.
 SCHEDULER_OPS_SETTING = "LNK_SCHEDULER_OPS"
-
-#: What both backends' refusal says of a bucket that does not exist (``StoreRefused``, s3.py and gcs.py).
-BUCKET_GONE = "the bucket does not exist"
 
 
 @dataclass(frozen=True)
