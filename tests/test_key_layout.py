@@ -17,6 +17,7 @@ lease, narrowing and day is the same through all of it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import subprocess
@@ -288,7 +289,8 @@ def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.mark.parametrize("where", ["file", "seaweedfs"])
 def test_a_store_of_eafe802_is_read_as_it_is_then_moved_in_place(where: str, old_tree: str, tmp_path: Any,
                                                                   request: pytest.FixtureRequest,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
     """On the folder, and on SeaweedFS with what eafe802's layout could write there (no file beside a folder of
     its name, no part over 255 bytes: those it could not write)."""
     from cloudstore.admin import relayout
@@ -315,8 +317,16 @@ def test_a_store_of_eafe802_is_read_as_it_is_then_moved_in_place(where: str, old
     assert old_keys  # eafe802 wrote keys of its layout: there is something to carry over
     assert state(opened) == before  # read as it is, before any move
 
-    moved = relayout.relayout(url)
+    monkeypatch.setenv("LNK_PROGRESS_EVERY", "0")  # a progress line for each file moved (issue 46, item 3)
+    with caplog.at_level(logging.INFO, logger="cloudstore.admin"):
+        moved = relayout.relayout(url)
     assert moved.ok and moved.moved == len(old_keys), moved.as_dict()
+    for phase in ("relayout move", "relayout guard"):
+        shown = [(r.done, r.total, r.finished) for r in caplog.records  # type: ignore[attr-defined]
+                 if getattr(r, "event", None) == "progress" and getattr(r, "phase", None) == phase]
+        total = shown[-1][1]
+        assert shown == [(n, total, n == total) for n in range(1, total + 1)], (phase, shown)
+        assert total >= (len(old_keys) if phase == "relayout move" else 1), (phase, shown)
     stubbed = relayout.old_file_keys(list_keys(opened))  # every old key a moved stub (files.py), but those with
     # a part over 255 bytes (LONG_PART's), deleted as before
     assert len(stubbed) == len([k for k in old_keys if all(len(p.encode()) <= PART_MAX for p in k.parts)])

@@ -4,7 +4,8 @@ Stdout carries the program's output only (tables, JSON, the summary).  A
 pipe, a log file or a log shipper gets, every ``LNK_PROGRESS_EVERY``
 seconds (``--progress-every``; default 5), one record of the program's log:
 logger ``cloudstore.admin``, level INFO, ``event`` ``progress``, with the
-``phase`` (``copy``, ``verify``, ``inspect``, ``gc judge``, ``gc delete``),
+``phase`` (``copy``, ``verify``, ``inspect``, ``gc judge``, ``gc delete``,
+``relayout move``, ``relayout guard``),
 ``what`` is counted, ``done``, ``total``, ``bytes`` where counted,
 ``per_second``, ``seconds`` and ``finished``.  So with JSON logs it is a
 line of the one schema (``runtime.jsonlog``), with text logs a line of the

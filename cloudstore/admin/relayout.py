@@ -51,6 +51,7 @@ from typing import Any
 from ..generations import AlreadyExists, Create, NotFound, Overwrite, PreconditionFailed, StoreRefused, Update
 from ..store.files import HEADER_MAX, body, is_clean, is_stub, ledger_body, ledger_facts, stub_body
 from ..store.keys import FILE_END, PART_MAX, decode_path, is_old_file_part, old_path_part, path_part
+from .progress import Progress
 from .walk import WORKERS, Key, Opened, bounded, list_all, open_url
 
 
@@ -183,15 +184,19 @@ def relayout(url: str, workers: int = WORKERS) -> Moved:
     opened = open_url(url)
     summary = Moved(url)
     todo = old_file_keys(list_all(opened))
-    for outcome, detail in bounded(lambda k: move_one(opened, k), todo, workers):
+    moving = Progress(len(todo), what="files", sized=False, phase="relayout move")
+    for outcome, detail in bounded(lambda k: move_one(opened, k), todo, workers, done=moving.tick):
         if outcome == "left":
             summary.left.append(detail)
         else:
             setattr(summary, outcome, getattr(summary, outcome) + 1)
+    moving.close()
     after = list_all(opened)
     listed = {k.key for k in after}
-    summary.guarded = sum(bounded(lambda k: guard_one(opened, k, listed), [k for k in after if k.kind == "file"],
-                                  workers))
+    files = [k for k in after if k.kind == "file"]
+    guarding = Progress(len(files), what="files", sized=False, phase="relayout guard")
+    summary.guarded = sum(bounded(lambda k: guard_one(opened, k, listed), files, workers, done=guarding.tick))
+    guarding.close()
     still = [k for k, real in zip(old_file_keys(after), bounded(lambda k: _holds_file(opened, k),
                                                                  old_file_keys(after), workers), strict=True)
              if real]

@@ -254,11 +254,15 @@ def _then_tick(fn: Callable[[T], R], done: Callable[[], object]) -> Callable[[T]
     return counted
 
 
-def bounded(fn: Callable[[T], R], items: Iterable[T], workers: int = WORKERS) -> Iterator[R]:
+def bounded(fn: Callable[[T], R], items: Iterable[T], workers: int = WORKERS,
+            done: Callable[[], object] | None = None) -> Iterator[R]:
     """Like ``parallel`` but yielding as results come in order, with at most ``2 * workers`` in flight,
-    so that a store of millions of keys never has millions of futures (or bodies) alive at once."""
+    so that a store of millions of keys never has millions of futures (or bodies) alive at once.
+    ``done`` as ``parallel``'s."""
     from collections import deque
 
+    if done is not None:
+        fn = _then_tick(fn, done)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         window: deque = deque()
         for item in items:
