@@ -385,6 +385,17 @@ def test_a_bridge_refuses_a_store_it_cannot_open_at_start_with_exit_2(short_dir:
     assert not (short_dir / "no-such-store").exists(), "nothing made"
 
 
+def test_a_bridge_whose_driver_program_is_not_there_exits_2(short_dir: Path) -> None:
+    """A typo in --driver is a config error no restart mends: exit 2 (not restarted under systemd,
+    ``RestartPreventExitStatus=2``), where it was exit 1 and five restarts; nothing listens."""
+    argv = [a if a != "lnk-bucket-store" else "lnk-bucket-stor" for a in bridge_argv(short_dir, None)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          env=clean_env())
+    assert done.returncode == 2, done.stderr
+    assert "cannot start" in done.stderr and "lnk-bucket-stor" in done.stderr and "Traceback" not in done.stderr
+    assert not (short_dir / "h" / ".link-store.sock").exists(), "it never listened"
+
+
 class NotifySocket:
     """systemd's side of NOTIFY_SOCKET: a Unix datagram socket the test reads."""
 

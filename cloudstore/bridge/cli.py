@@ -13,8 +13,12 @@ with ``agents`` only, each agent an object with exactly these four keys, id
 a non-empty string, owner a string or null, key_file and folder non-empty
 strings; anything else (or an agent given twice, or an unreadable or
 non-JSON file) is a usage error: the reason, naming the key path
-(``agents[2].owner``), on stderr and exit 2.  A key file that can't be used
-exits 1.  Logs go to stderr; the bridge writes nothing to stdout.
+(``agents[2].owner``), on stderr and exit 2.  A key file that can't be used,
+and a driver program that is not there or may not be run, exit 2 as well:
+no restart mends them (the systemd unit's ``RestartPreventExitStatus=2``).
+Exit 1 is left to what may pass (the socket or the metrics port in use, a
+harness folder not made yet, a driver whose contract did not come).  Logs
+go to stderr; the bridge writes nothing to stdout.
 
 ``--shared-drivers`` lets one driver process serve every agent (drivers run
 without ``LNK_STORE_DIR``), for a driver that keeps nothing there: the
@@ -228,9 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         exporter.health = health  # /healthz and /readyz beside /metrics
     try:
         agents = agents_from(args, parser)
-    except (KeyFileError, OSError, ValueError) as exc:
+    except (KeyFileError, OSError, ValueError) as exc:  # a key file or the config: no restart mends it
         log.error("%s", exc)
-        return _stopped(exporter, 1)
+        return _stopped(exporter, 2)
     # The exporter's connections are counted in the descriptors the bridge keeps free for itself.
     limits = Limits(call_timeout=args.call_timeout, request_timeout=args.request_timeout,
                     reserved_fds=exporter.descriptors if exporter is not None else 0,
@@ -331,7 +335,9 @@ def start_bridge(bridge: StoreBridge, health: Health) -> tuple[int, str] | None:
     try:
         bridge.open_drivers()
     except Exception as exc:
-        return 1, start_error(exc, bridge.socket_path)
+        # A driver program that is not there, or may not be run, is --driver's mistake: exit 2, no restart.
+        missing = isinstance(exc.__cause__, (FileNotFoundError, PermissionError))
+        return 2 if missing else 1, start_error(exc, bridge.socket_path)
     refused = first_check(bridge, health)
     if refused is not None:
         return 2, f"{refused.problem}; {refused.fix}"

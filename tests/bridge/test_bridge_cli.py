@@ -81,7 +81,7 @@ def test_refuses_to_start_with_a_key_others_may_read(short_dir):
                   "--agent-folder", str(short_dir), "--driver", shlex.join(FAKE_DRIVER)],
         capture_output=True, timeout=60,
     )
-    assert done.returncode == 1
+    assert done.returncode == 2  # no restart mends it (RestartPreventExitStatus=2)
     assert b"0600" in done.stderr
     assert not os.path.exists(short_dir / SOCKET_NAME)
 
