@@ -47,30 +47,19 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .api import (
+from .api.calls import Call, ops, who
+from .api.engine import Engine, store_repr
+from .api.opening import (
     DEFAULT_CONCURRENCY,
-    Appended,
-    Call,
-    Engine,
-    File,
-    FileWrite,
-    Job,
-    JobDay,
-    Lease,
-    Place,
-    ThreadInfo,
-    Took,
     check_create,
     checked_keywords,
     close_backend,
     location_of,
     open_sync_backend,
     opening_failed,
-    ops,
     s3_client_args,
-    store_repr,
-    who,
 )
+from .api.values import Appended, File, FileWrite, Job, JobDay, Lease, Place, ThreadInfo, Took
 from .errors import ClosedError, CloudstoreError
 
 if TYPE_CHECKING:
