@@ -586,6 +586,28 @@ def test_a_gone_notify_socket_is_warned_once_never_raised(short_dir: Path, caplo
     assert sum("cannot notify systemd" in r.getMessage() for r in caplog.records) == 1
 
 
+def test_a_notify_socket_that_reads_nothing_does_not_hang_the_sender(short_dir: Path, monkeypatch, caplog) -> None:
+    """A receiver whose queue is full (it never reads) blocked a datagram's send for ever: the start's
+    ``READY=1`` in the main thread would hang the program.  The send gives up after ``SEND_TIMEOUT`` s,
+    warned, never raised."""
+    path = str(short_dir / "full")
+    deaf = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    deaf.bind(path)
+    filler = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    filler.setblocking(False)
+    try:
+        with pytest.raises(BlockingIOError):  # the receiver's queue, filled until it takes no more
+            for _ in range(100_000):
+                filler.sendto(b"WATCHDOG=1", path)
+        monkeypatch.setattr(sd_notify, "SEND_TIMEOUT", 0.2)
+        with caplog.at_level(logging.WARNING, logger="cloudstore.runtime.sd_notify"):
+            assert sd_notify.Notifier(path).ready("serving") is False
+        assert any("cannot notify systemd" in r.getMessage() for r in caplog.records)
+    finally:
+        filler.close()
+        deaf.close()
+
+
 def test_the_watchdog_pings_only_while_the_loop_is_alive(short_dir: Path) -> None:
     listening = NotifySocket(short_dir / "n")
     asked: list[bool] = []

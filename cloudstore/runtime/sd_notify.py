@@ -35,6 +35,8 @@ WATCHDOG_USEC = "WATCHDOG_USEC"
 WATCHDOG_PID = "WATCHDOG_PID"
 #: The longest Unix socket address (``sun_path`` is 108 bytes, one of them the path's closing NUL).
 ADDRESS_MOST = 107
+#: Seconds a datagram's send may wait for room in the receiver's queue before it is given up (logged).
+SEND_TIMEOUT = 2.0
 #: The longest watchdog interval taken (a day): past it, the value is a mistake, not a choice.
 WATCHDOG_MOST_USEC = 86_400 * 1_000_000
 
@@ -109,6 +111,9 @@ class Notifier:
         data = "\n".join(lines).encode("utf-8")
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+                # A receiver that reads nothing (its queue full) blocks a datagram's send: bounded, so neither
+                # the start (READY=1) nor the watchdog's thread hangs on it.
+                sock.settimeout(SEND_TIMEOUT)
                 sock.sendto(data, self.address)
         except OSError as exc:
             with self._lock:
