@@ -38,11 +38,14 @@ TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNI
 
 
 def schema_lines(stderr: str) -> list[dict[str, Any]]:
-    """Every line of ``stderr``, each one JSON object that begins with the schema's keys, in order."""
+    """Every line of ``stderr``, each one JSON object that begins with the schema's keys, in order, and
+    written alike, byte for byte: compact, UTF-8 as it is (a scheduler's line and a bridge's in one pod's
+    log differed in their spacing)."""
     out = []
     for line in stderr.splitlines():
         value = json.loads(line)
         assert isinstance(value, dict) and tuple(value)[:len(SCHEMA)] == SCHEMA, line
+        assert line == json.dumps(value, separators=(",", ":"), ensure_ascii=False), line
         assert TIME.match(value["time"]), line
         out.append(value)
     return out

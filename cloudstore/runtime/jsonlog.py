@@ -104,7 +104,7 @@ class JsonFormatter(logging.Formatter):
             out["exc"] = self.formatException(record.exc_info)
         if record.stack_info:
             out["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(out, ensure_ascii=False, default=str)
+        return json.dumps(out, separators=(",", ":"), ensure_ascii=False, default=str)  # the scheduler's spacing
 
 
 def configure(program: str, level: int | str, text_format: str, json_format: bool | None = None,
