@@ -51,13 +51,11 @@ from .api.calls import Call, ops, who
 from .api.engine import Engine, store_repr
 from .api.opening import (
     DEFAULT_CONCURRENCY,
-    check_create,
     checked_keywords,
     close_backend,
-    location_of,
     open_sync_backend,
     opening_failed,
-    s3_client_args,
+    resolved,
 )
 from .api.values import Appended, File, FileWrite, Job, JobDay, Lease, Place, ThreadInfo, Took
 from .errors import ClosedError, CloudstoreError
@@ -247,9 +245,7 @@ def open(url: str, *, create: bool = False, endpoint_url: str | None = None, reg
 
 async def _open(url: str, create: bool, endpoint_url: str | None, region_name: str | None,
                 concurrency: int) -> AsyncStore:
-    location = location_of(url)
-    check_create(location, create)
-    client_args = s3_client_args(location, endpoint_url, region_name)
+    location, client_args = resolved(url, create, endpoint_url, region_name)
     loop = asyncio.get_running_loop()
     stack = contextlib.AsyncExitStack()
     executor = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="cloudstore-aio")

@@ -55,15 +55,7 @@ from typing import TypeVar
 
 from .calls import Call, ops, who
 from .engine import Engine, store_repr
-from .opening import (
-    DEFAULT_CONCURRENCY,
-    check_create,
-    checked_keywords,
-    close_backend,
-    location_of,
-    open_sync_backend,
-    s3_client_args,
-)
+from .opening import DEFAULT_CONCURRENCY, checked_keywords, close_backend, open_sync_backend, resolved
 from .values import Appended, File, FileWrite, Job, JobDay, Json, Lease, Place, ThreadInfo, Took
 
 __all__ = [
@@ -89,9 +81,8 @@ def open(url: str, *, create: bool = False, endpoint_url: str | None = None, reg
     exist.  The SDK of the URL's kind is imported here, not before.
     """
     checked_keywords(create, endpoint_url, region_name, concurrency)
-    location = location_of(url)
-    check_create(location, create)
-    backend = open_sync_backend(location, s3_client_args(location, endpoint_url, region_name), create)
+    location, client_args = resolved(url, create, endpoint_url, region_name)
+    backend = open_sync_backend(location, client_args, create)
     return Store(Engine(backend, location, concurrency, on_close=lambda: close_backend(backend)))
 
 

@@ -104,6 +104,15 @@ def check_create(location: Location, create: bool) -> None:
         raise ArgumentError(f"create=True applies to file:// stores only: buckets are never made ({url_of(location)})")
 
 
+def resolved(url: str, create: bool, endpoint_url: str | None,
+             region_name: str | None) -> tuple[Location, dict[str, str]]:
+    """The URL parsed and checked against ``create`` and the S3 keywords: what both flavours' ``open`` do
+    before they open anything (``LocationError`` / ``ArgumentError`` naming the URL or the keyword)."""
+    location = location_of(url)
+    check_create(location, create)
+    return location, s3_client_args(location, endpoint_url, region_name)
+
+
 def opening_failed(exc: Exception, location: Location) -> LocationError:
     """An SDK or folder failure while opening, said as the driver says it (its kind, not its detail), with the
     URL the caller passed (``url_of``: never a credential), which a program opening several stores needs."""
