@@ -29,7 +29,10 @@ One pass of the loop (see ``scheduler`` for what it promises):
    agent, a rendezvous hash picks one) is another runner waits a grace
    first, and is claimed only if still waiting then.  A claim refused as
    ``held`` (another runner's lease) is tried again after ``backoff``; one
-   refused as gone is not tried again for that index entry.  A job that a
+   refused as gone is tried once more after ``backoff`` (a put writes its
+   index entry before its record, so a poll between the two saw a job not
+   there yet), and refused as gone twice, not again for that index entry
+   (``GONE_FOR``: the index drops a stale entry within its grace).  A job that a
    nudge's poll shows for the first time was put on this machine: it is
    claimed at once unless its owner listens on this machine too (the nudge
    reached it as well), since its owner elsewhere polls later.  Runners on
@@ -226,11 +229,13 @@ class Runner:
         # The agents a named nudge may be claimed for at once: those of our own driver (job_claim).
         self._named_stores = {(s.agent.owner, s.agent.id): s for s in self.stores if s.own_driver}
         self._stop = threading.Event()
-        self._lock = threading.Lock()  # the two maps below: workers tell refusals
+        self._lock = threading.Lock()  # the three maps below: workers tell refusals
         # A due job whose claim was refused as held isn't tried again before this.
         self._retry_at: dict[tuple[Agent, str], float] = {}
-        # Index entries refused as gone (the job left waiting a moment ago, or a crash's leftover).
+        # Index entries refused as gone twice (the job left waiting a moment ago, or a crash's leftover).
         self._gone: dict[str, float] = {}
+        # Index entries refused as gone once: maybe a put under way (``_on_told``), tried once more.
+        self._gone_once: dict[str, float] = {}
         self.claim_watch = ClaimWatch(self.stores, timing.lapse, timing.look_interval)
         self._scanning: set[Agent] = set()  # the agents whose recovery lease this runner holds
         self._scan_next = 0  # the agent whose firing the next recovery step lists
@@ -451,6 +456,7 @@ class Runner:
             self._retry_at = {k: t for k, t in self._retry_at.items() if t > now}
             mono = time.monotonic()
             self._gone = {k: t for k, t in self._gone.items() if t > mono}
+            self._gone_once = {k: t for k, t in self._gone_once.items() if t > mono}
             retry_at, gone = dict(self._retry_at), set(self._gone)
         seen: set[tuple[Agent, str]] = set()
         due: list[tuple[float, Due, str]] = []
@@ -500,10 +506,17 @@ class Runner:
                     self.peers.drop(found.agent, owner)
                 return
             with self._lock:
+                mono = time.monotonic()
+                if outcome == "gone" and found.key is not None and self._gone_once.get(found.key, 0.0) > mono:
+                    self._gone[found.key] = mono + GONE_FOR  # gone twice: a stale entry, the index drops it soon
+                    return
                 if outcome == "gone" and found.key is not None:
-                    self._gone[found.key] = time.monotonic() + GONE_FOR  # a stale entry: the index drops it soon
-                else:  # held by another runner's lease, or the store failed: try again soon
-                    self._retry_at[(found.agent, found.job)] = time.time() + self.timing.backoff
+                    # A put writes the index entry before the record: a poll between the two sees an entry
+                    # whose record is not there yet.  Left alone for GONE_FOR, that job fired three minutes
+                    # late; it is tried once more after a backoff, and only a second "gone" is a stale entry.
+                    self._gone_once[found.key] = mono + GONE_FOR
+                # held by another runner's lease, the store failed, or gone once: try again soon
+                self._retry_at[(found.agent, found.job)] = time.time() + self.timing.backoff
 
         return told
 
