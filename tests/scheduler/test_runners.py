@@ -151,7 +151,10 @@ def test_job_put_on_this_machine_wakes_sleeping_runners(rig: Rig) -> None:
     """The driver that put it nudges the runners (wake.py): their next poll is 30 s away, yet it fires at once."""
     took = _put_due_now_while_all_sleep(rig, rig.put, poll_interval=60)
     print(f"\n[{rig.backend.name}] put due now on this machine -> fire command started: {took * 1000:.0f} ms")
-    assert took < 3.0, "only the nudge can have woken them so soon (no poll for 30 s): a nudge, a poll, a claim"
+    # Their next poll is at least 28 s after the put (a 30 s sleep begun a second before it): anything well
+    # under that is the nudge's doing.  A nudge, a poll and a claim take well under a second on a quiet
+    # machine; the bound was 3 s, and a loaded CI machine took 4.4 s.
+    assert took < 10.0, "only the nudge can have woken them so soon (no poll for 28 s): a nudge, a poll, a claim"
 
 
 def test_job_put_from_another_machine_fires_within_a_poll(rig: Rig, tmp_path: Path) -> None:
