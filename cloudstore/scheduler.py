@@ -335,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             client.close()
         if exporter is not None:
             exporter.stop()
-        refuse("refused", str(exc))
+        refuse(str(exc))
         return 2
     if exporter is not None:
         log("metrics", port=exporter.address[1] if exporter.address else None,
@@ -343,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = startup_check(settings, runner)
     if problems:
         for line in problems:
-            refuse("refused", line)
+            refuse(line)
         for client in clients:
             client.close()
         runner.listener.close()

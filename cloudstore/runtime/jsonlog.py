@@ -194,18 +194,19 @@ class StrayLines(io.TextIOBase):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """``argparse``'s parser, whose usage error is one ERROR record when stderr is the log's (JSON mode).
+    """``argparse``'s parser, whose usage error is one ERROR record once the program's logs are JSON.
 
     argparse prints its usage and then ``PROG: error: ...`` on stderr and
     exits 2; in JSON mode each of those lines became a stray record at INFO
-    (logger ``stderr``), so an alert on ERROR missed a program that never
-    started.  Here the error is one record at ERROR (``event``
+    (logger ``stderr``), or, for the scheduler (whose stderr is not captured),
+    two plain lines among its JSON ones: an alert on ERROR missed a program
+    that never started.  Here the error is one record at ERROR (``event``
     ``usage_error``, the usage as a field), and the exit is still 2.  In text
     mode, or before logging is set up, it is argparse's own.
     """
 
     def error(self, message: str) -> NoReturn:
-        if isinstance(sys.stderr, StrayLines):
+        if any(isinstance(h.formatter, JsonFormatter) for h in logging.getLogger().handlers):
             logging.getLogger(self.prog).error("%s: error: %s", self.prog, message, extra={
                 "event": "usage_error", "usage": " ".join(self.format_usage().split())})
             sys.exit(2)

@@ -54,14 +54,14 @@ import argparse
 import os
 import shlex
 import socket
-import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any
 
 from ..errors import CloudstoreError
 from ..protocol.client import env_pairs
+from ..runtime import jsonlog
 from ..runtime.config_schema import (
     Bool,
     ConfigFileError,
@@ -78,7 +78,6 @@ from ..runtime.config_schema import (
     load_config,
 )
 from .fire import JOB_VARS, base_environment, program_problem
-from .log import refuse
 from .runner import WORKERS, Timing
 from .store_client import Agent
 
@@ -254,17 +253,8 @@ exit status: 0 after a signal, 2 for a bad setting.
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse's parser whose usage error is one ERROR line of the runner's log (``usage_error``, the usage as
-    a field), as every other line of the runner is: argparse's own was two plain lines.  Exit status 2 still."""
-
-    def error(self, message: str) -> NoReturn:
-        refuse("usage_error", f"{self.prog}: error: {message}", usage=" ".join(self.format_usage().split()))
-        sys.exit(2)
-
-
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = jsonlog.ArgumentParser(  # its log is JSON from the start: a usage error is one ERROR record
         prog="lnk-cloud-scheduler",
         description="Fire the due jobs of the agents bound to this machine, kept by a Link store driver.",
         epilog=EPILOG,

@@ -63,15 +63,14 @@ LEVELS = {
                      "lease_end_failed", "lease_renew_failed", "not_started", "paused", "renew_slow",
                      "store_error", "store_unreachable", "wake_refused"), "WARNING"),
     **dict.fromkeys(("finish_failed", "lease_lost", "lost_job", "renewer_failed", "worker_failed",
-                     "log_file_failed", "refused", "usage_error"), "ERROR"),
+                     "log_file_failed", "refused"), "ERROR"),
 }
 
 _lock = threading.Lock()
 EVENTS = counter("lnk_scheduler_events_total", "Events of the scheduler's log (fired, claim_failed, lease_lost, "
                  "recovering, store_error, ...), by event; not its start, stop and settings lines.", ("event",))
 #: The lines about the runner itself, once a process, which ``EVENTS`` does not count (the module docstring).
-NOT_COUNTED = frozenset({"started", "stopped", "metrics", "lapse_below_recommended", "test_stopping", "refused",
-                         "usage_error"})
+NOT_COUNTED = frozenset({"started", "stopped", "metrics", "lapse_below_recommended", "test_stopping", "refused"})
 
 
 class RotatingFile:
@@ -165,9 +164,10 @@ def level_of(event: str, fields: dict[str, Any]) -> str:
     return LEVELS.get(event, "INFO")
 
 
-def _line(event: str, fields: dict[str, Any]) -> str:
-    """One event as one line of the schema (``runtime.jsonlog.entry``), compact, newline included."""
-    record = entry(PROGRAM, level_of(event, fields), LOGGER, event, event, fields)
+def _line(event: str, fields: dict[str, Any], message: str | None = None) -> str:
+    """One event as one line of the schema (``runtime.jsonlog.entry``), compact, newline included;
+    ``message`` the event's name unless given."""
+    record = entry(PROGRAM, level_of(event, fields), LOGGER, event, event if message is None else message, fields)
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n"
 
 
@@ -180,17 +180,16 @@ def log(event: str, **fields: Any) -> None:
         _write(line)
 
 
-def refuse(event: str, reason: str, **fields: Any) -> None:
-    """A start-up refusal (``refused``: a bad setting, a store no retry can fix; ``usage_error``: the
-    command line) as one ERROR line of the schema, ``message`` the reason, always on stderr.
+def refuse(reason: str) -> None:
+    """A start-up refusal (a bad setting, a store no retry can fix) as one ERROR line of the schema (event
+    ``refused``, ``message`` the reason), always on stderr.
 
     Up to 0.8 these were plain ``lnk-cloud-scheduler: REASON`` lines, the one shape of the runner's output
     a JSON log reader could not parse, and no alert on ERROR saw a runner that never started.  They go to
     stderr even with ``log_file``: the supervisor that sees the exit status (journald, the container's log)
-    shows why beside it.
+    shows why beside it.  (A usage error is the parser's: ``jsonlog.ArgumentParser``.)
     """
-    line = json.dumps(entry(PROGRAM, "ERROR", LOGGER, event, reason, fields), separators=(",", ":"),
-                      ensure_ascii=False, default=str) + "\n"
+    line = _line("refused", {}, reason)
     with _lock:
         try:
             sys.stderr.write(line)
