@@ -506,11 +506,11 @@ class Runner:
                     self.peers.drop(found.agent, owner)
                 return
             with self._lock:
-                mono = time.monotonic()
-                if outcome == "gone" and found.key is not None and self._gone_once.get(found.key, 0.0) > mono:
-                    self._gone[found.key] = mono + GONE_FOR  # gone twice: a stale entry, the index drops it soon
-                    return
                 if outcome == "gone" and found.key is not None:
+                    mono = time.monotonic()
+                    if self._gone_once.get(found.key, 0.0) > mono:
+                        self._gone[found.key] = mono + GONE_FOR  # gone twice: a stale entry, dropped soon
+                        return
                     # A put writes the index entry before the record: a poll between the two sees an entry
                     # whose record is not there yet.  Left alone for GONE_FOR, that job fired three minutes
                     # late; it is tried once more after a backoff, and only a second "gone" is a stale entry.
